@@ -1,0 +1,24 @@
+//! Statistics of attention keys for QAdA (query-adaptive attention).
+//!
+//! - [`KeyMoments`]: streaming mean and population covariance of d-dimensional keys
+//!   (Welford / Chan et al.), f64 accumulators, f32 keys in.
+//! - [`GaussianScore`]: the Gaussian score model of the paper (eq. 6): for a query `q` and key
+//!   moments `(mu_K, Sigma_K)`, `mu_s = q . mu_K / sqrt(d)`, `sigma_s^2 = q Sigma_K q^T / d` and
+//!   `log A_bulk_hat = ln T_bulk + mu_s + sigma_s^2 / 2`.
+//! - [`MomentTable`]: calibration moments (the paper's option 2) per layer and KV head at
+//!   checkpoints, saved in a versioned, checksummed binary file tied to a [`ModelSignature`].
+//!
+//! This crate depends on nothing else in the workspace and never prints.
+
+pub mod codec;
+mod error;
+mod moments;
+mod score;
+mod signature;
+mod table;
+
+pub use error::{Result, StatsError};
+pub use moments::KeyMoments;
+pub use score::{GaussianScore, KeyDistribution};
+pub use signature::ModelSignature;
+pub use table::{Checkpoint, MomentTable, DEFAULT_TABLE_OFFSET};

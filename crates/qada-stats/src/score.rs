@@ -1,0 +1,106 @@
+//! The Gaussian score model (paper eq. 5-7).
+//!
+//! If bulk keys follow `k ~ N(mu_K, Sigma_K)`, the score `s = c q . k` (with `c = 1/sqrt(d)`)
+//! is Gaussian with `mu_s = c q . mu_K` and `sigma_s^2 = c^2 q Sigma_K q^T`, so `exp(s)` is
+//! log-normal with mean `exp(mu_s + sigma_s^2 / 2)`. The bulk mass is then estimated as
+//! `A_bulk_hat = T_bulk exp(mu_s + sigma_s^2 / 2)`, kept in the log domain:
+//! `log A_bulk_hat = ln T_bulk + mu_s + sigma_s^2 / 2`.
+
+use crate::{KeyMoments, Result};
+
+/// A distribution of keys seen through a query: what the Gaussian score model needs.
+///
+/// [`KeyMoments`] implements it with an `O(d^2)` quadratic form; a factored covariance
+/// (Cholesky or low rank, `Sigma = L L^T`, `q Sigma q^T = |L^T q|^2`) can implement it with a
+/// cheaper product without touching the callers.
+pub trait KeyDistribution {
+    /// Key length `d`.
+    fn dim(&self) -> usize;
+    /// `q . mu_K`.
+    fn mean_dot(&self, q: &[f32]) -> Result<f64>;
+    /// `q Sigma_K q^T`.
+    fn quad_form(&self, q: &[f32]) -> Result<f64>;
+}
+
+impl KeyDistribution for KeyMoments {
+    fn dim(&self) -> usize {
+        KeyMoments::dim(self)
+    }
+    fn mean_dot(&self, q: &[f32]) -> Result<f64> {
+        KeyMoments::mean_dot(self, q)
+    }
+    fn quad_form(&self, q: &[f32]) -> Result<f64> {
+        KeyMoments::quad_form(self, q)
+    }
+}
+
+impl<D: KeyDistribution + ?Sized> KeyDistribution for &D {
+    fn dim(&self) -> usize {
+        (**self).dim()
+    }
+    fn mean_dot(&self, q: &[f32]) -> Result<f64> {
+        (**self).mean_dot(q)
+    }
+    fn quad_form(&self, q: &[f32]) -> Result<f64> {
+        (**self).quad_form(q)
+    }
+}
+
+/// Mean and variance of the score `s = scale * q . k` under a Gaussian key model.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GaussianScore {
+    /// `mu_s = scale * q . mu_K`.
+    pub mu_s: f64,
+    /// `sigma_s^2 = scale^2 * q Sigma_K q^T` (never negative: rounding below zero is clamped).
+    pub sigma2_s: f64,
+}
+
+impl GaussianScore {
+    /// Score moments of query `q` under `keys`, with the attention scale (usually
+    /// `1 / sqrt(d)`).
+    pub fn new<D: KeyDistribution + ?Sized>(q: &[f32], keys: &D, scale: f64) -> Result<Self> {
+        let mu_s = scale * keys.mean_dot(q)?;
+        let sigma2_s = (scale * scale * keys.quad_form(q)?).max(0.0);
+        Ok(GaussianScore { mu_s, sigma2_s })
+    }
+
+    /// `ln E[exp(s)] = mu_s + sigma_s^2 / 2`, the log of the log-normal mean.
+    pub fn log_mean_exp(&self) -> f64 {
+        self.mu_s + 0.5 * self.sigma2_s
+    }
+
+    /// `log A_bulk_hat = ln T_bulk + mu_s + sigma_s^2 / 2`; `-inf` for an empty bulk.
+    pub fn log_bulk_mass(&self, t_bulk: usize) -> f64 {
+        if t_bulk == 0 {
+            return f64::NEG_INFINITY;
+        }
+        (t_bulk as f64).ln() + self.log_mean_exp()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_bulk_has_no_mass() {
+        let g = GaussianScore {
+            mu_s: 3.0,
+            sigma2_s: 1.0,
+        };
+        assert_eq!(g.log_bulk_mass(0), f64::NEG_INFINITY);
+        assert!((g.log_bulk_mass(1) - 3.5).abs() < 1e-12);
+        assert!((g.log_bulk_mass(10) - (10f64.ln() + 3.5)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn score_moments_of_a_known_distribution() {
+        // keys (1, 0) and (3, 0): mean (2, 0), variance 1 on the first axis.
+        let mut m = KeyMoments::new(2);
+        m.push(&[1.0, 0.0]).unwrap();
+        m.push(&[3.0, 0.0]).unwrap();
+        let g = GaussianScore::new(&[2.0, 5.0], &m, 0.5).unwrap();
+        assert!((g.mu_s - 2.0).abs() < 1e-12);
+        assert!((g.sigma2_s - 1.0).abs() < 1e-12);
+    }
+}
