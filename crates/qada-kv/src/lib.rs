@@ -1,1 +1,21 @@
-//! placeholder
+//! The KV cache of a decoder: per layer and KV head, contiguous f32 key and value rows, split
+//! into the three index sets of QAdA:
+//!
+//! - the **sink**: the first `T_sink` tokens,
+//! - the **window**: the last `T_local - T_sink` tokens,
+//! - the **bulk**: everything between, `T_bulk = T - T_local` tokens (none when `T <= T_local`).
+//!
+//! Sink and window together are the local set `I` of the paper. The cache also keeps the
+//! moments `(mu_K, Sigma_K)` of every head's bulk keys, as the paper's option 1 (moments of the
+//! current prompt, updated as keys leave the window, or frozen after prefill) or option 2
+//! (moments from a calibration table).
+//!
+//! All views borrow the cache's storage: no key or value is ever copied to build one.
+
+mod cache;
+mod error;
+mod window;
+
+pub use cache::{CacheShape, HeadView, KvCache, MomentsMode, Segment};
+pub use error::{KvError, Result};
+pub use window::{Split, WindowConfig};

@@ -203,8 +203,10 @@ impl KeyMoments {
         let mut off = 0;
         for i in 0..d {
             let a = c * delta[i];
-            for j in i..d {
-                self.m2[off + j - i] += other.m2[off + j - i] + a * delta[j];
+            let row = &mut self.m2[off..off + (d - i)];
+            let other_row = &other.m2[off..off + (d - i)];
+            for ((m, &o), &dj) in row.iter_mut().zip(other_row).zip(&delta[i..]) {
+                *m += o + a * dj;
             }
             off += d - i;
         }
