@@ -1,0 +1,70 @@
+//! Per-head cost at d = 64: dense attention over T keys, local attention over the 128-token
+//! window (16 sink + 112 recent), and the QAdA decision (Gaussian score model from moments).
+
+use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
+use qada_core::attention::{dense_attention, local_attention, scores, KvSegments};
+use qada_core::{Approx, HeadInput, LocalityCriterion};
+use qada_stats::KeyMoments;
+
+const D: usize = 64;
+const SINK: usize = 16;
+const LOCAL: usize = 128;
+
+fn data(t: usize, salt: f32) -> Vec<f32> {
+    (0..t * D)
+        .map(|i| ((i as f32) * 0.0137 + salt).sin())
+        .collect()
+}
+
+fn per_head(c: &mut Criterion) {
+    let mut group = c.benchmark_group("head_d64");
+    let q: Vec<f32> = (0..D).map(|i| (i as f32 * 0.3).cos()).collect();
+    let scale = 1.0 / (D as f32).sqrt();
+    for t in [1024usize, 4096, 16384, 65536] {
+        let keys = data(t, 0.0);
+        let values = data(t, 1.0);
+        let w = t - (LOCAL - SINK);
+        let moments = KeyMoments::from_rows(D, &keys[SINK * D..w * D]).unwrap();
+        let kv = KvSegments {
+            dim: D,
+            sink_keys: &keys[..SINK * D],
+            sink_values: &values[..SINK * D],
+            bulk_keys: &keys[SINK * D..w * D],
+            bulk_values: &values[SINK * D..w * D],
+            window_keys: &keys[w * D..],
+            window_values: &values[w * D..],
+            bulk_moments: &moments,
+        };
+        let mut scratch = Vec::new();
+        let mut out = vec![0.0f32; D];
+        group.bench_function(BenchmarkId::new("dense_attention", t), |b| {
+            b.iter(|| dense_attention(black_box(&q), &kv, scale, &mut scratch, &mut out))
+        });
+        group.bench_function(BenchmarkId::new("local_attention", t), |b| {
+            b.iter(|| local_attention(black_box(&q), &kv, scale, &mut scratch, &mut out))
+        });
+        let mut local_scores = vec![0.0f32; LOCAL];
+        scores(&q, kv.sink_keys, scale, &mut local_scores[..SINK]);
+        scores(&q, kv.window_keys, scale, &mut local_scores[SINK..]);
+        let approx = Approx::new(0.6).unwrap();
+        group.bench_function(BenchmarkId::new("approx_decision", t), |b| {
+            b.iter(|| {
+                let input = HeadInput {
+                    layer: 0,
+                    head: 0,
+                    query: black_box(&q),
+                    scale,
+                    local_scores: &local_scores,
+                    bulk_len: kv.bulk_len(),
+                    bulk_moments: &moments,
+                    bulk_keys: kv.bulk_keys,
+                };
+                approx.decide(&input).unwrap()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, per_head);
+criterion_main!(benches);

@@ -1,0 +1,178 @@
+//! What the criterion saved: decisions, sparsity, attention FLOPs and K/V bytes against dense.
+//!
+//! Per head and step, dense attention costs `4 T d` FLOPs (scores and weighted sum); a local
+//! head costs `4 |I| d` plus the criterion's decision cost. A KV head's keys and values
+//! (`2 T d` elements) are read in full if any query head of its GQA group is long-context,
+//! otherwise only the local `2 |I| d`.
+
+use crate::Decision;
+
+/// Decision counts of one (layer, head).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HeadCounts {
+    /// Decisions taken with a non-empty bulk (a real choice).
+    pub decisions: u64,
+    /// Of those, the local ones.
+    pub local: u64,
+    /// Of those, the ones whose estimated share was not finite (labeled long-context).
+    pub nonfinite: u64,
+}
+
+/// Totals over a run.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Accounting {
+    n_layers: usize,
+    n_heads: usize,
+    heads: Vec<HeadCounts>,
+    /// Attention FLOPs spent (criterion included).
+    pub flops: f64,
+    /// Attention FLOPs dense attention would have spent.
+    pub dense_flops: f64,
+    /// Bytes of K/V read.
+    pub kv_bytes: f64,
+    /// Bytes of K/V dense attention would have read.
+    pub dense_kv_bytes: f64,
+}
+
+impl Accounting {
+    /// Zero counts for a model of `n_layers` x `n_heads` query heads.
+    pub fn new(n_layers: usize, n_heads: usize) -> Self {
+        Accounting {
+            n_layers,
+            n_heads,
+            heads: vec![HeadCounts::default(); n_layers * n_heads],
+            flops: 0.0,
+            dense_flops: 0.0,
+            kv_bytes: 0.0,
+            dense_kv_bytes: 0.0,
+        }
+    }
+
+    /// Record the decisions of one layer at one step.
+    ///
+    /// `total_len` is `T`, `local_len` is `|I|`, `d` the head dimension, `n_kv_heads` the KV
+    /// heads (query head `h` reads KV head `h / (n_heads / n_kv_heads)`), `bytes_per_value`
+    /// the size of one cached K or V element, `decision_flops` the criterion's cost per head.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_layer(
+        &mut self,
+        layer: usize,
+        decisions: &[Decision],
+        total_len: usize,
+        local_len: usize,
+        d: usize,
+        n_kv_heads: usize,
+        bytes_per_value: usize,
+        decision_flops: u64,
+    ) {
+        let has_bulk = total_len > local_len;
+        let n_heads = decisions.len().min(self.n_heads);
+        let (t, l, d) = (total_len as f64, local_len as f64, d as f64);
+        for (h, dec) in decisions.iter().take(n_heads).enumerate() {
+            if has_bulk {
+                if let Some(c) = self.heads.get_mut(layer * self.n_heads + h) {
+                    c.decisions += 1;
+                    c.local += dec.local as u64;
+                    c.nonfinite += dec.is_nonfinite() as u64;
+                }
+            }
+            self.dense_flops += 4.0 * t * d;
+            self.flops += decision_flops as f64 + if dec.local { 4.0 * l * d } else { 4.0 * t * d };
+        }
+        let n_kv = n_kv_heads.max(1);
+        let group = (n_heads / n_kv).max(1);
+        let bytes_row = 2.0 * d * bytes_per_value as f64;
+        for g in 0..n_kv {
+            let any_long = decisions
+                .iter()
+                .skip(g * group)
+                .take(group)
+                .any(|dec| !dec.local);
+            self.dense_kv_bytes += t * bytes_row;
+            self.kv_bytes += if any_long { t } else { l } * bytes_row;
+        }
+    }
+
+    /// Counts of one head.
+    pub fn head(&self, layer: usize, head: usize) -> HeadCounts {
+        self.heads
+            .get(layer * self.n_heads + head)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Layers counted.
+    pub fn n_layers(&self) -> usize {
+        self.n_layers
+    }
+
+    /// Query heads per layer.
+    pub fn n_heads(&self) -> usize {
+        self.n_heads
+    }
+
+    fn sum<'a>(it: impl Iterator<Item = &'a HeadCounts>) -> HeadCounts {
+        it.fold(HeadCounts::default(), |a, c| HeadCounts {
+            decisions: a.decisions + c.decisions,
+            local: a.local + c.local,
+            nonfinite: a.nonfinite + c.nonfinite,
+        })
+    }
+
+    /// Counts over every head.
+    pub fn total(&self) -> HeadCounts {
+        Self::sum(self.heads.iter())
+    }
+
+    /// Fraction of decisions (with a bulk) that were local; 0 when none was taken.
+    pub fn sparsity(&self) -> f64 {
+        let t = self.total();
+        ratio(t.local, t.decisions)
+    }
+
+    /// Sparsity of one layer.
+    pub fn layer_sparsity(&self, layer: usize) -> f64 {
+        let n = self.n_heads;
+        let t = Self::sum(self.heads.iter().skip(layer * n).take(n));
+        ratio(t.local, t.decisions)
+    }
+
+    /// Attention FLOPs relative to dense (1 when nothing was counted).
+    pub fn flops_ratio(&self) -> f64 {
+        if self.dense_flops == 0.0 {
+            1.0
+        } else {
+            self.flops / self.dense_flops
+        }
+    }
+
+    /// K/V bytes read relative to dense (1 when nothing was counted).
+    pub fn kv_bytes_ratio(&self) -> f64 {
+        if self.dense_kv_bytes == 0.0 {
+            1.0
+        } else {
+            self.kv_bytes / self.dense_kv_bytes
+        }
+    }
+
+    /// Add another run's counts (same model shape).
+    pub fn merge(&mut self, other: &Accounting) {
+        for (a, b) in self.heads.iter_mut().zip(&other.heads) {
+            a.decisions += b.decisions;
+            a.local += b.local;
+            a.nonfinite += b.nonfinite;
+        }
+        self.flops += other.flops;
+        self.dense_flops += other.dense_flops;
+        self.kv_bytes += other.kv_bytes;
+        self.dense_kv_bytes += other.dense_kv_bytes;
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        a as f64 / b as f64
+    }
+}

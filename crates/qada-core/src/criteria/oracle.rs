@@ -1,0 +1,67 @@
+//! Oracle: the exact local share from every score (paper eq. 2).
+//!
+//! `A_local = sum_{i in I} exp(s_i)`, `A_bulk = sum_{i not in I} exp(s_i)`; local iff
+//! `A_local / (A_local + A_bulk) >= tau`, computed as `lse(s_I) - lse(s) >= ln tau`.
+
+use crate::attention::scores;
+use crate::criterion::check_input;
+use crate::lse::{log_local_share, lse, lse_many};
+use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
+
+/// Exact adaptive criterion. It reads every bulk key, so it saves nothing: a tool of analysis
+/// and the ground truth for the others.
+#[derive(Clone, Copy, Debug)]
+pub struct Oracle {
+    tau: Tau,
+}
+
+impl Oracle {
+    /// An oracle at threshold `tau`.
+    pub fn new(tau: f64) -> Result<Self> {
+        Ok(Oracle {
+            tau: Tau::new(tau)?,
+        })
+    }
+    /// The threshold.
+    pub fn tau(&self) -> Tau {
+        self.tau
+    }
+    /// `ln A_bulk`, exactly, from the bulk keys.
+    pub fn log_bulk_mass(input: &HeadInput<'_>) -> Result<f64> {
+        let d = input.query.len();
+        if d == 0 || input.bulk_keys.len() != input.bulk_len * d {
+            return Err(CoreError::DimensionMismatch {
+                what: "bulk keys (T_bulk x d)",
+                expected: input.bulk_len * d,
+                found: input.bulk_keys.len(),
+            });
+        }
+        let mut s = vec![0.0f32; input.bulk_len];
+        scores(input.query, input.bulk_keys, input.scale, &mut s);
+        Ok(lse_many(&[&s]))
+    }
+}
+
+impl LocalityCriterion for Oracle {
+    fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
+        check_input(input)?;
+        if input.bulk_len == 0 {
+            return Ok(Decision {
+                local: true,
+                log_local_share: Some(0.0),
+            });
+        }
+        let log_local = lse(input.local_scores);
+        let share = log_local_share(log_local, Self::log_bulk_mass(input)?);
+        Ok(Decision {
+            local: self.tau.is_local(share),
+            log_local_share: Some(share),
+        })
+    }
+    fn name(&self) -> &str {
+        "oracle"
+    }
+    fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
+        (2 * d * bulk_len) as u64
+    }
+}

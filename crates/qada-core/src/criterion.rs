@@ -1,0 +1,163 @@
+//! The locality criterion: is this head local for this query?
+
+use qada_stats::KeyMoments;
+
+use crate::{CoreError, Result};
+
+/// A threshold `tau` in (0, 1): a head is local when its local share of the softmax mass,
+/// `A_local / (A_local + A_bulk)`, is at least `tau`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Tau(f64);
+
+impl Tau {
+    /// `tau`, checked to lie strictly between 0 and 1.
+    pub fn new(tau: f64) -> Result<Self> {
+        if tau > 0.0 && tau < 1.0 {
+            Ok(Tau(tau))
+        } else {
+            Err(CoreError::InvalidTau(tau))
+        }
+    }
+    /// The value.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+    /// `ln tau`, the threshold in the log domain.
+    pub fn ln(self) -> f64 {
+        self.0.ln()
+    }
+    /// Local iff `log_local_share >= ln tau`. NaN is never local.
+    pub fn is_local(self, log_local_share: f64) -> bool {
+        log_local_share >= self.ln()
+    }
+}
+
+/// What a criterion sees for one query head of one layer at one decoding step.
+#[derive(Clone, Copy, Debug)]
+pub struct HeadInput<'a> {
+    /// Layer index.
+    pub layer: usize,
+    /// Query head index within the layer.
+    pub head: usize,
+    /// The rotated query, length `d`.
+    pub query: &'a [f32],
+    /// Attention scale, usually `1 / sqrt(d)`.
+    pub scale: f32,
+    /// Scores `s_i = scale * q . k_i` over the local set `I` (sink, then window), already
+    /// computed.
+    pub local_scores: &'a [f32],
+    /// `T_bulk`, the number of positions outside `I`.
+    pub bulk_len: usize,
+    /// Moments of the bulk keys of this head's KV head (option 1 or 2).
+    pub bulk_moments: &'a KeyMoments,
+    /// The bulk keys themselves, `T_bulk x d`, for the criteria that need every score.
+    pub bulk_keys: &'a [f32],
+}
+
+/// One decision.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Decision {
+    /// True: attend to the local window only.
+    pub local: bool,
+    /// `ln(A_local / (A_local + A_bulk))` as the criterion computed it (exact for the oracle,
+    /// estimated for QAdA); `None` for criteria that compute no mass. NaN means the mass could
+    /// not be estimated (non-finite scores or moments, or no moments): the head is then
+    /// long-context.
+    pub log_local_share: Option<f64>,
+}
+
+impl Decision {
+    /// A long-context decision that computed nothing.
+    pub const LONG: Decision = Decision {
+        local: false,
+        log_local_share: None,
+    };
+    /// A local decision that computed nothing.
+    pub const LOCAL: Decision = Decision {
+        local: true,
+        log_local_share: None,
+    };
+    /// True when the criterion tried to compute a share and got NaN or infinity from it.
+    pub fn is_nonfinite(&self) -> bool {
+        self.log_local_share.is_some_and(|s| s.is_nan())
+    }
+}
+
+/// Decides, per query head and per decoding step, between local and long-context attention.
+///
+/// One required method; batch helpers are defaulted. Implemented for `&C` and
+/// `Box<dyn LocalityCriterion>` so callers can pass either.
+pub trait LocalityCriterion: Send + Sync {
+    /// Decide for one head. With no bulk (`bulk_len == 0`) every criterion says local.
+    fn decide(&self, input: &HeadInput<'_>) -> Result<Decision>;
+
+    /// Short name for reports (`oracle`, `approx`, ...).
+    fn name(&self) -> &str;
+
+    /// Floating-point operations one decision costs for a head of dimension `d` with a bulk
+    /// of `bulk_len` keys, beyond the local scores (which attention needs anyway).
+    fn decision_flops(&self, _d: usize, _bulk_len: usize) -> u64 {
+        0
+    }
+
+    /// Decide for the query heads of one GQA group; returns true when any of them is
+    /// long-context (then the group's bulk keys and values must be read).
+    fn decide_group(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<bool> {
+        if inputs.len() != out.len() {
+            return Err(CoreError::DimensionMismatch {
+                what: "decisions of a group",
+                expected: inputs.len(),
+                found: out.len(),
+            });
+        }
+        let mut any_long = false;
+        for (input, o) in inputs.iter().zip(out.iter_mut()) {
+            *o = self.decide(input)?;
+            any_long |= !o.local;
+        }
+        Ok(any_long)
+    }
+
+    /// Decide for every query head of a layer; returns the number of local heads.
+    fn decide_layer(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<usize> {
+        self.decide_group(inputs, out)?;
+        Ok(out.iter().filter(|d| d.local).count())
+    }
+}
+
+impl<C: LocalityCriterion + ?Sized> LocalityCriterion for &C {
+    fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
+        (**self).decide(input)
+    }
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
+        (**self).decision_flops(d, bulk_len)
+    }
+}
+
+impl<C: LocalityCriterion + ?Sized> LocalityCriterion for Box<C> {
+    fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
+        (**self).decide(input)
+    }
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
+        (**self).decision_flops(d, bulk_len)
+    }
+}
+
+/// Check the query length against the moments and keys; shared by the criteria.
+pub(crate) fn check_input(input: &HeadInput<'_>) -> Result<()> {
+    let d = input.query.len();
+    if input.bulk_moments.dim() != d {
+        return Err(CoreError::DimensionMismatch {
+            what: "query vs bulk moments",
+            expected: input.bulk_moments.dim(),
+            found: d,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,39 @@
+/// Everything that can go wrong in `qada-core`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CoreError {
+    /// `tau` must lie strictly between 0 and 1.
+    #[error("tau must be in (0, 1), got {0}")]
+    InvalidTau(f64),
+
+    /// `alpha` (fraction of static local heads) must lie in [0, 1].
+    #[error("alpha must be in [0, 1], got {0}")]
+    InvalidAlpha(f64),
+
+    /// The local window must be longer than the sink.
+    #[error("invalid window: T_local = {local} must be larger than T_sink = {sink}")]
+    InvalidWindow { sink: usize, local: usize },
+
+    /// Slices whose lengths must agree do not.
+    #[error("dimension mismatch in {what}: expected {expected}, found {found}")]
+    DimensionMismatch {
+        what: &'static str,
+        expected: usize,
+        found: usize,
+    },
+
+    /// A layer or head index outside the table or model.
+    #[error("{what} {index} out of range (there are {count})")]
+    OutOfRange {
+        what: &'static str,
+        index: usize,
+        count: usize,
+    },
+
+    /// Reading or checking a moment or criterion file failed.
+    #[error(transparent)]
+    Stats(#[from] qada_stats::StatsError),
+}
+
+/// The `Result` of this crate.
+pub type Result<T> = std::result::Result<T, CoreError>;

@@ -1,0 +1,60 @@
+//! Log-sum-exp in f64: the log domain in which every mass comparison is made.
+
+/// `ln sum_i exp(s_i)`, stable for any magnitude: `m + ln sum exp(s_i - m)` with `m = max s_i`.
+/// `-inf` for no scores; NaN if any score is NaN.
+pub fn lse(scores: &[f32]) -> f64 {
+    lse_iter(scores.iter().map(|&s| s as f64))
+}
+
+/// [`lse`] over the concatenation of several slices.
+pub fn lse_many(parts: &[&[f32]]) -> f64 {
+    lse_iter(parts.iter().flat_map(|p| p.iter().map(|&s| s as f64)))
+}
+
+fn lse_iter<I: Iterator<Item = f64> + Clone>(it: I) -> f64 {
+    let mut m = f64::NEG_INFINITY;
+    for s in it.clone() {
+        if s.is_nan() {
+            return f64::NAN;
+        }
+        m = m.max(s);
+    }
+    if m.is_infinite() {
+        return m;
+    }
+    let sum: f64 = it.map(|s| (s - m).exp()).sum();
+    m + sum.ln()
+}
+
+/// `ln(exp(a) + exp(b))`.
+pub fn lse2(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        return f64::NAN;
+    }
+    let (hi, lo) = if a >= b { (a, b) } else { (b, a) };
+    if hi.is_infinite() {
+        return hi;
+    }
+    hi + (lo - hi).exp().ln_1p()
+}
+
+/// Log of the local share `A_local / (A_local + A_bulk)` from the two log masses.
+/// 0 (share 1) when the bulk is empty (`log_bulk = -inf`).
+pub fn log_local_share(log_local: f64, log_bulk: f64) -> f64 {
+    log_local - lse2(log_local, log_bulk)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extreme_scores_are_finite() {
+        assert!((lse(&[1e4, 1e4]) - (1e4 + 2f64.ln())).abs() < 1e-9);
+        assert!((lse(&[-1e4, -1e4]) - (-1e4 + 2f64.ln())).abs() < 1e-9);
+        assert_eq!(lse(&[]), f64::NEG_INFINITY);
+        assert!(lse(&[1.0, f32::NAN]).is_nan());
+        assert!((lse2(-1e4, 1e4) - 1e4).abs() < 1e-9);
+        assert_eq!(log_local_share(3.0, f64::NEG_INFINITY), 0.0);
+    }
+}

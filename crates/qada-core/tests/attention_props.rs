@@ -1,0 +1,230 @@
+//! Properties of the attention kernels and of the adaptive layer step.
+
+mod common;
+
+use common::{scores_f64, Head};
+use proptest::prelude::*;
+use qada_core::attention::{dense_attention, local_attention};
+use qada_core::{attend_layer, Accounting, Approx, Decision, Dense, LayerScratch, Oracle, Window};
+
+fn close(a: &[f32], b: &[f32], tol: f32) -> Result<(), TestCaseError> {
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        prop_assert!(
+            (x - y).abs() <= tol * (1.0 + y.abs()),
+            "index {i}: {x} vs {y}"
+        );
+    }
+    Ok(())
+}
+
+/// softmax(s) V in f64 over every position: the reference.
+fn brute_force(h: &Head, q: &[f32], scale: f32, only_local: bool) -> Vec<f32> {
+    let s = scores_f64(q, &h.keys, scale);
+    let keep: Vec<usize> = (0..h.t())
+        .filter(|&i| !only_local || h.is_local_pos(i))
+        .collect();
+    let m = keep.iter().map(|&i| s[i]).fold(f64::NEG_INFINITY, f64::max);
+    let mut out = vec![0.0f64; h.d];
+    let mut z = 0.0;
+    for &i in &keep {
+        let w = (s[i] - m).exp();
+        z += w;
+        for (o, &v) in out.iter_mut().zip(&h.values[i * h.d..(i + 1) * h.d]) {
+            *o += w * v as f64;
+        }
+    }
+    out.iter().map(|o| (o / z) as f32).collect()
+}
+
+/// A layer: `n_kv` KV heads of `t` tokens each, `group` query heads per KV head.
+fn layer_strategy() -> impl Strategy<Value = (Vec<Head>, Vec<f32>, usize)> {
+    (
+        1usize..5,
+        1usize..3,
+        1usize..4,
+        0usize..4,
+        1usize..8,
+        1usize..60,
+    )
+        .prop_flat_map(|(d, n_kv, group, sink, extra, t)| {
+            (
+                prop::collection::vec(
+                    prop::collection::vec(-2.0f32..2.0, 2 * t * d..=2 * t * d),
+                    n_kv..=n_kv,
+                ),
+                prop::collection::vec(-2.0f32..2.0, n_kv * group * d..=n_kv * group * d),
+            )
+                .prop_map(move |(kvs, q)| {
+                    let heads = kvs
+                        .into_iter()
+                        .map(|kv| {
+                            let (k, v) = kv.split_at(t * d);
+                            Head::new(d, sink, sink + extra, k.to_vec(), v.to_vec())
+                        })
+                        .collect();
+                    (heads, q, group)
+                })
+        })
+}
+
+proptest! {
+    #[test]
+    fn dense_attention_equals_brute_force((heads, q, _) in layer_strategy()) {
+        let h = &heads[0];
+        let q = &q[..h.d];
+        let mut out = vec![0.0; h.d];
+        dense_attention(q, &h.segments(), 0.7, &mut Vec::new(), &mut out);
+        close(&out, &brute_force(h, q, 0.7, false), 1e-5)?;
+        local_attention(q, &h.segments(), 0.7, &mut Vec::new(), &mut out);
+        close(&out, &brute_force(h, q, 0.7, true), 1e-5)?;
+    }
+
+    #[test]
+    fn local_attention_equals_dense_when_t_fits_the_window(
+        d in 1usize..5, sink in 0usize..4, extra in 1usize..30, frac in 0.0f64..1.0,
+        seed in prop::collection::vec(-2.0f32..2.0, 300),
+    ) {
+        let local = sink + extra;
+        let t = 1 + ((local - 1) as f64 * frac) as usize; // 1 <= t <= local
+        let keys: Vec<f32> = (0..t * d).map(|i| seed[i % 300] + (i / 300) as f32 * 0.01).collect();
+        let values: Vec<f32> = keys.iter().rev().copied().collect();
+        let h = Head::new(d, sink, local, keys, values);
+        let q = &seed[..d];
+        let (mut a, mut b) = (vec![0.0; d], vec![0.0; d]);
+        dense_attention(q, &h.segments(), 1.0, &mut Vec::new(), &mut a);
+        local_attention(q, &h.segments(), 1.0, &mut Vec::new(), &mut b);
+        prop_assert_eq!(a, b);
+    }
+
+    #[test]
+    fn adaptive_output_equals_dense_when_every_head_is_long_and_local_when_every_head_is_local(
+        (heads, q, group) in layer_strategy(),
+    ) {
+        let d = heads[0].d;
+        let n_heads = heads.len() * group;
+        let kv: Vec<_> = heads.iter().map(|h| h.segments()).collect();
+        let mut scratch = LayerScratch::new();
+        let mut decisions = vec![Decision::LONG; n_heads];
+        let mut out = vec![0.0; n_heads * d];
+        let scale = 1.0 / (d as f32).sqrt();
+
+        attend_layer(&Dense, 0, &q, &kv, scale, &mut scratch, &mut out, &mut decisions).unwrap();
+        for h in 0..n_heads {
+            let head = &heads[h / group];
+            let mut expect = vec![0.0; d];
+            dense_attention(&q[h * d..(h + 1) * d], &head.segments(), scale, &mut Vec::new(), &mut expect);
+            close(&out[h * d..(h + 1) * d], &expect, 1e-6)?;
+        }
+
+        attend_layer(&Window, 0, &q, &kv, scale, &mut scratch, &mut out, &mut decisions).unwrap();
+        prop_assert!(decisions.iter().all(|d| d.local));
+        for h in 0..n_heads {
+            let head = &heads[h / group];
+            let mut expect = vec![0.0; d];
+            local_attention(&q[h * d..(h + 1) * d], &head.segments(), scale, &mut Vec::new(), &mut expect);
+            close(&out[h * d..(h + 1) * d], &expect, 1e-6)?;
+        }
+    }
+
+    /// With a real criterion each head's output is the dense or the local output, as decided.
+    #[test]
+    fn adaptive_output_follows_each_decision((heads, q, group) in layer_strategy(), tau in 0.05f64..0.95) {
+        let d = heads[0].d;
+        let n_heads = heads.len() * group;
+        let kv: Vec<_> = heads.iter().map(|h| h.segments()).collect();
+        let mut decisions = vec![Decision::LONG; n_heads];
+        let mut out = vec![0.0; n_heads * d];
+        for crit in [&Oracle::new(tau).unwrap() as &dyn qada_core::LocalityCriterion, &Approx::new(tau).unwrap()] {
+            attend_layer(crit, 3, &q, &kv, 1.0, &mut LayerScratch::new(), &mut out, &mut decisions).unwrap();
+            for h in 0..n_heads {
+                let head = &heads[h / group];
+                let expect = brute_force(head, &q[h * d..(h + 1) * d], 1.0, decisions[h].local);
+                close(&out[h * d..(h + 1) * d], &expect, 1e-4)?;
+            }
+        }
+    }
+}
+
+#[test]
+fn scores_of_ten_thousand_give_finite_outputs() {
+    let d = 4;
+    let q = [50.0f32, -50.0, 50.0, -50.0];
+    let keys: Vec<f32> = (0..300 * d)
+        .map(|i| {
+            if (i / d) % 3 == 0 {
+                q[i % d]
+            } else {
+                -q[i % d]
+            }
+        })
+        .collect();
+    let values: Vec<f32> = (0..300 * d).map(|i| (i % 7) as f32).collect();
+    let h = Head::new(d, 4, 32, keys, values);
+    let mut out = vec![0.0; d];
+    dense_attention(&q, &h.segments(), 1.0, &mut Vec::new(), &mut out);
+    assert!(out.iter().all(|o| o.is_finite()), "{out:?}");
+    local_attention(&q, &h.segments(), 1.0, &mut Vec::new(), &mut out);
+    assert!(out.iter().all(|o| o.is_finite()), "{out:?}");
+}
+
+#[test]
+fn mismatched_layer_shapes_are_errors() {
+    let h = Head::new(4, 2, 8, vec![0.5; 40 * 4], vec![0.5; 40 * 4]);
+    let kv = [h.segments()];
+    let mut decisions = vec![Decision::LONG; 2];
+    let mut out = vec![0.0; 8];
+    let mut s = LayerScratch::new();
+    assert!(attend_layer(
+        &Dense,
+        0,
+        &[0.0; 7],
+        &kv,
+        1.0,
+        &mut s,
+        &mut out,
+        &mut decisions
+    )
+    .is_err());
+    assert!(attend_layer(
+        &Dense,
+        0,
+        &[0.0; 8],
+        &kv,
+        1.0,
+        &mut s,
+        &mut [0.0; 4],
+        &mut decisions
+    )
+    .is_err());
+    assert!(attend_layer(
+        &Dense,
+        0,
+        &[0.0; 8],
+        &[],
+        1.0,
+        &mut s,
+        &mut out,
+        &mut decisions
+    )
+    .is_err());
+}
+
+#[test]
+fn accounting_counts_sparsity_flops_and_bytes() {
+    let mut acc = Accounting::new(2, 4);
+    let l = Decision::LOCAL;
+    let g = Decision::LONG;
+    // layer 0: group 0 all local, group 1 one long head. T = 1000, |I| = 100, d = 10.
+    acc.record_layer(0, &[l, l, l, g], 1000, 100, 10, 2, 4, 0);
+    assert_eq!(acc.layer_sparsity(0), 0.75);
+    assert_eq!(acc.head(0, 3).decisions, 1);
+    assert_eq!(acc.dense_flops, 4.0 * 4.0 * 1000.0 * 10.0);
+    assert_eq!(acc.flops, 3.0 * 4.0 * 100.0 * 10.0 + 4.0 * 1000.0 * 10.0);
+    // group 0 reads its window only, group 1 everything
+    assert_eq!(acc.dense_kv_bytes, 2.0 * 1000.0 * 2.0 * 10.0 * 4.0);
+    assert_eq!(acc.kv_bytes, (100.0 + 1000.0) * 2.0 * 10.0 * 4.0);
+    // a step without a bulk counts cost but no decision
+    acc.record_layer(1, &[l, l, l, l], 50, 50, 10, 2, 4, 0);
+    assert_eq!(acc.total().decisions, 4);
+    assert_eq!(acc.sparsity(), 0.75);
+}
