@@ -1,1 +1,8 @@
-//! placeholder
+//! A real model for QAdA: GGUF files, their tokenizer, and a Llama-family transformer whose
+//! decoding steps go through a qada-core locality criterion over a qada-kv cache.
+
+mod error;
+pub mod gguf;
+pub mod quant;
+
+pub use error::{ModelError, Result};
