@@ -6,3 +6,8 @@ pub mod gguf;
 pub mod quant;
 
 pub use error::{ModelError, Result};
+pub mod config;
+pub mod tokenizer;
+
+pub use config::{Architecture, ModelConfig, RopeStyle};
+pub use tokenizer::{ChatTemplate, StreamDecoder, Tokenizer};

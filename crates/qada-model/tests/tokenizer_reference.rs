@@ -1,0 +1,78 @@
+//! The tokenizer built from the real GGUF file against the shared reference token ids.
+
+mod common;
+
+use qada_model::gguf::GgufFile;
+use qada_model::{StreamDecoder, Tokenizer};
+
+fn tokenizer() -> Tokenizer {
+    let f = GgufFile::open(&common::model_path()).unwrap();
+    Tokenizer::from_gguf(&f).unwrap()
+}
+
+#[test]
+fn token_ids_equal_the_reference_for_every_case() {
+    let tok = tokenizer();
+    let r = common::reference();
+    assert_eq!(tok.pre_tokenizer(), "smollm");
+    for case in r["tokenizer_cases"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let expected = common::ids(&case["ids"]);
+        let got = tok.encode(text).unwrap();
+        assert_eq!(got, expected, "case {}", case["name"]);
+        assert_eq!(
+            tok.decode(&got),
+            case["decoded"].as_str().unwrap(),
+            "decode of {}",
+            case["name"]
+        );
+    }
+    for p in r["prompts"].as_array().unwrap() {
+        let text = p["text"].as_str().unwrap();
+        assert_eq!(
+            tok.encode(text).unwrap(),
+            common::ids(&p["token_ids"]),
+            "prompt {}",
+            p["name"]
+        );
+    }
+}
+
+#[test]
+fn chat_template_reproduces_the_reference_chatml_prompt() {
+    let tok = tokenizer();
+    let r = common::reference();
+    let chat = tok.chat_template().expect("SmolLM2 has a ChatML template");
+    let rendered = chat.render_user(
+        "What is the capital of France? Answer in one sentence.",
+        None,
+    );
+    let expected = r["prompts"][1]["text"].as_str().unwrap();
+    assert_eq!(rendered, expected);
+}
+
+#[test]
+fn streaming_decode_never_splits_a_character() {
+    let tok = tokenizer();
+    let text = "Héllo wörld — 日本語のテキスト; Привет ½ ² ٣ 🎉";
+    let ids = tok.encode(text).unwrap();
+    let mut dec = StreamDecoder::new();
+    let mut out = String::new();
+    for &id in &ids {
+        let piece = dec.push(&tok, id);
+        assert!(!piece.contains('\u{fffd}'), "split character in {piece:?}");
+        out.push_str(&piece);
+    }
+    out.push_str(&dec.finish());
+    assert_eq!(out, text);
+}
+
+#[test]
+fn special_tokens_and_eos_come_from_the_file() {
+    let tok = tokenizer();
+    assert_eq!(tok.eos(), Some(2));
+    assert_eq!(tok.bos(), Some(1));
+    assert!(tok.is_special(2));
+    assert_eq!(tok.encode("<|im_end|>").unwrap(), vec![2]);
+    assert_eq!(tok.encode("").unwrap(), Vec::<u32>::new());
+}
