@@ -11,3 +11,9 @@ pub mod tokenizer;
 
 pub use config::{Architecture, ModelConfig, RopeStyle};
 pub use tokenizer::{ChatTemplate, StreamDecoder, Tokenizer};
+pub mod model;
+pub mod ops;
+pub mod session;
+
+pub use model::{LoadOptions, Model};
+pub use session::{Session, SessionOptions, StepObserver};

@@ -1,0 +1,205 @@
+//! Dense math of the transformer: RMSNorm, RoPE, SwiGLU, matrix products.
+
+use rayon::prelude::*;
+
+use crate::config::RopeStyle;
+
+/// `y = x / sqrt(mean(x^2) + eps) * w` (sum of squares in f64).
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
+    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    let inv = (1.0 / (ss / x.len() as f64 + eps as f64).sqrt()) as f32;
+    for ((o, &xi), &wi) in y.iter_mut().zip(x).zip(w) {
+        *o = xi * inv * wi;
+    }
+}
+
+/// Rotate one head of `rope_dim` leading dimensions for position `pos`:
+/// pair `j` (of `rope_dim / 2`) turns by `pos * base^(-2j / rope_dim)`.
+pub fn rope(x: &[f32], y: &mut [f32], pos: usize, base: f64, rope_dim: usize, style: RopeStyle) {
+    y.copy_from_slice(x);
+    let half = rope_dim / 2;
+    for j in 0..half {
+        let theta = pos as f64 * base.powf(-2.0 * j as f64 / rope_dim as f64);
+        let (s, c) = theta.sin_cos();
+        let (s, c) = (s as f32, c as f32);
+        let (a, b) = match style {
+            RopeStyle::Interleaved => (2 * j, 2 * j + 1),
+            RopeStyle::Halves => (j, j + half),
+        };
+        let (x0, x1) = (x[a], x[b]);
+        y[a] = x0 * c - x1 * s;
+        y[b] = x0 * s + x1 * c;
+    }
+}
+
+/// Sin and cos of every RoPE angle at one position, `rope_dim / 2` pairs.
+pub fn rope_table(pos: usize, base: f64, rope_dim: usize, out: &mut Vec<(f32, f32)>) {
+    out.clear();
+    for j in 0..rope_dim / 2 {
+        let theta = pos as f64 * base.powf(-2.0 * j as f64 / rope_dim as f64);
+        let (s, c) = theta.sin_cos();
+        out.push((s as f32, c as f32));
+    }
+}
+
+/// Apply precomputed RoPE angles in place to every head of `x` (heads of `head_dim`).
+pub fn rope_inplace(x: &mut [f32], head_dim: usize, table: &[(f32, f32)], style: RopeStyle) {
+    let half = table.len();
+    for head in x.chunks_exact_mut(head_dim) {
+        for (j, &(s, c)) in table.iter().enumerate() {
+            let (a, b) = match style {
+                RopeStyle::Interleaved => (2 * j, 2 * j + 1),
+                RopeStyle::Halves => (j, j + half),
+            };
+            let (x0, x1) = (head[a], head[b]);
+            head[a] = x0 * c - x1 * s;
+            head[b] = x0 * s + x1 * c;
+        }
+    }
+}
+
+/// `silu(g) * u`, in place into `g`.
+pub fn swiglu(g: &mut [f32], u: &[f32]) {
+    for (a, &b) in g.iter_mut().zip(u) {
+        *a = *a / (1.0 + (-*a).exp()) * b;
+    }
+}
+
+/// `y = W x` for a row-major `rows x cols` matrix, output rows split across threads.
+pub fn matvec(w: &[f32], rows: usize, cols: usize, x: &[f32], y: &mut [f32]) {
+    debug_assert_eq!(w.len(), rows * cols);
+    let chunk = (rows / (4 * rayon::current_num_threads().max(1))).max(16);
+    y[..rows]
+        .par_chunks_mut(chunk)
+        .enumerate()
+        .for_each(|(c, out)| {
+            let r0 = c * chunk;
+            for (i, o) in out.iter_mut().enumerate() {
+                let row = &w[(r0 + i) * cols..(r0 + i + 1) * cols];
+                *o = qada_core::attention::dot(row, x);
+            }
+        });
+}
+
+/// `Y = X W^T`: `X` is `n x k` row-major, `W` is `m x k` row-major, `Y` is `n x m`.
+pub fn matmul_t(x: &[f32], n: usize, k: usize, w: &[f32], m: usize, y: &mut [f32]) {
+    debug_assert!(x.len() >= n * k && w.len() >= m * k && y.len() >= n * m);
+    if n == 0 || m == 0 {
+        return;
+    }
+    // SAFETY: the asserts above (checked by every caller's shapes) keep every index that the
+    // strides describe inside the three slices; `y` does not alias `x` or `w`.
+    unsafe {
+        gemm::gemm(
+            n,
+            m,
+            k,
+            y.as_mut_ptr(),
+            1,
+            m as isize,
+            false,
+            x.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            k as isize,
+            1,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::Rayon(rayon::current_num_threads()),
+        );
+    }
+}
+
+/// General strided product `dst (n x m) = lhs (n x k) * rhs (k x m)` with explicit row and
+/// column strides, for attention over cached keys and values.
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_strided(
+    n: usize,
+    m: usize,
+    k: usize,
+    dst: &mut [f32],
+    dst_rs: usize,
+    lhs: &[f32],
+    lhs_rs: usize,
+    lhs_cs: usize,
+    rhs: &[f32],
+    rhs_rs: usize,
+    rhs_cs: usize,
+) {
+    if n == 0 || m == 0 {
+        return;
+    }
+    let last = |rs: usize, cs: usize, r: usize, c: usize| (r - 1) * rs + (c - 1) * cs;
+    assert!(last(dst_rs, 1, n, m) < dst.len());
+    assert!(k == 0 || last(lhs_rs, lhs_cs, n, k) < lhs.len());
+    assert!(k == 0 || last(rhs_rs, rhs_cs, k, m) < rhs.len());
+    // SAFETY: the asserts bound the largest index each stride pattern reaches.
+    unsafe {
+        gemm::gemm(
+            n,
+            m,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            dst_rs as isize,
+            false,
+            lhs.as_ptr(),
+            lhs_cs as isize,
+            lhs_rs as isize,
+            rhs.as_ptr(),
+            rhs_cs as isize,
+            rhs_rs as isize,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matmul_matches_naive() {
+        let (n, k, m) = (5, 7, 3);
+        let x: Vec<f32> = (0..n * k).map(|i| (i as f32 * 0.3).sin()).collect();
+        let w: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.7).cos()).collect();
+        let mut y = vec![0.0; n * m];
+        matmul_t(&x, n, k, &w, m, &mut y);
+        for i in 0..n {
+            for j in 0..m {
+                let e: f32 = (0..k).map(|t| x[i * k + t] * w[j * k + t]).sum();
+                assert!((y[i * m + j] - e).abs() < 1e-4);
+            }
+        }
+        let mut v = vec![0.0; m];
+        matvec(&w, m, k, &x[..k], &mut v);
+        for j in 0..m {
+            assert!((v[j] - y[j]).abs() < 1e-4);
+        }
+    }
+
+    #[test]
+    fn rope_at_position_zero_is_identity_and_preserves_norm() {
+        let x: Vec<f32> = (0..8).map(|i| i as f32 - 3.5).collect();
+        let mut y = vec![0.0; 8];
+        rope(&x, &mut y, 0, 1e4, 8, RopeStyle::Interleaved);
+        assert_eq!(x, y);
+        rope(&x, &mut y, 17, 1e4, 8, RopeStyle::Halves);
+        let n = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>();
+        assert!((n(&x) - n(&y)).abs() < 1e-3);
+        let mut z = x.clone();
+        let mut t = vec![];
+        rope_table(17, 1e4, 8, &mut t);
+        rope_inplace(&mut z, 8, &t, RopeStyle::Halves);
+        assert_eq!(z, y);
+    }
+}
