@@ -1,1 +1,43 @@
-fn main() {}
+//! `qada`: query-adaptive attention on real GGUF models.
+
+mod cmd;
+mod common;
+
+use clap::{Parser, Subcommand};
+
+/// Query-adaptive attention (QAdA) on real GGUF models: for every generated token and every
+/// attention head, decide whether a short local window suffices.
+#[derive(Parser)]
+#[command(name = "qada", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text with adaptive attention and report what the criterion saved.
+    Generate(cmd::generate::Args),
+    /// Print the token ids of a text.
+    Tokenize(cmd::tokenize::Args),
+    /// Print a GGUF file's metadata and tensors.
+    Inspect(cmd::inspect::Args),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Generate(a) => cmd::generate::run(a),
+        Command::Tokenize(a) => cmd::tokenize::run(a),
+        Command::Inspect(a) => cmd::inspect::run(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        let mut source = e.source();
+        while let Some(s) = source {
+            eprintln!("  caused by: {s}");
+            source = s.source();
+        }
+        std::process::exit(1);
+    }
+}

@@ -17,3 +17,6 @@ pub mod session;
 
 pub use model::{LoadOptions, Model};
 pub use session::{Session, SessionOptions, StepObserver};
+pub mod generate;
+
+pub use generate::{generate, GenerateConfig, Generation, Sampler, SamplingParams, StopReason};

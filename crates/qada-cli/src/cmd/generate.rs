@@ -1,0 +1,186 @@
+//! `qada generate`: stream text from a real model with adaptive attention, then report what
+//! the criterion saved.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use qada_model::{generate, GenerateConfig, SamplingParams, Session, SessionOptions, StopReason};
+use serde_json::json;
+
+use crate::common::{fail, load_model, progress_bar, CliResult, CriterionArgs, PromptArgs};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// GGUF model file (default: the one the setup script fetched).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    #[command(flatten)]
+    prompt: PromptArgs,
+    #[command(flatten)]
+    criterion: CriterionArgs,
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 256)]
+    max_new_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Sample from the k most likely tokens only (0: all).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Sample from the smallest set of tokens whose probability reaches p.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Random seed for sampling.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Do not stop at the end-of-sequence token.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Stop when the text contains this string (repeatable).
+    #[arg(long = "stop")]
+    stop: Vec<String>,
+    /// Keep only the last tokens of a prompt longer than the context (default: refuse it).
+    #[arg(long)]
+    truncate_prompt: bool,
+    /// Print one JSON object instead of streaming text and a summary.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> CliResult<()> {
+    let model = load_model(a.model.as_deref(), a.criterion.rope_base)?;
+    let mut prompt = a.prompt.tokens(&model)?;
+    let ctx = model.config.context_length;
+    if prompt.is_empty() {
+        return fail("the prompt is empty: give some text (with --raw, an empty string has no tokens)");
+    }
+    if prompt.len() >= ctx {
+        if !a.truncate_prompt {
+            return fail(format!(
+                "the prompt has {} tokens but the context length is {ctx}: shorten it, or pass \
+                 --truncate-prompt to keep its last {} tokens",
+                prompt.len(),
+                ctx - 1
+            ));
+        }
+        let cut = prompt.len() - (ctx - 1);
+        eprintln!("note: prompt truncated: dropped its first {cut} of {} tokens", prompt.len());
+        prompt.drain(..cut);
+    }
+    let opts = SessionOptions {
+        criterion: a.criterion.criterion(&model)?,
+        window: a.criterion.window()?,
+        moments: a.criterion.moments(&model)?,
+        capacity: None,
+    };
+    let mut session = Session::new(&model, opts)?;
+    let cfg = GenerateConfig {
+        max_new_tokens: a.max_new_tokens,
+        stop_at_eos: !a.ignore_eos,
+        stop_strings: a.stop.clone(),
+        sampling: SamplingParams {
+            temperature: a.temperature,
+            top_k: a.top_k,
+            top_p: a.top_p,
+            seed: a.seed,
+        },
+    };
+    let pb = progress_bar(prompt.len() as u64, "prefill");
+    if prompt.len() <= qada_model::session::PREFILL_BLOCK || a.json {
+        pb.finish_and_clear();
+    }
+    let mut stdout = std::io::stdout();
+    let json_mode = a.json;
+    let mut first = true;
+    let result = generate(
+        &mut session,
+        &prompt,
+        &cfg,
+        &mut |piece| {
+            if first {
+                pb.finish_and_clear();
+                first = false;
+            }
+            if !json_mode {
+                let _ = stdout.write_all(piece.as_bytes());
+                let _ = stdout.flush();
+            }
+        },
+        &mut |done, _| pb.set_position(done as u64),
+    );
+    pb.finish_and_clear();
+    let g = result?;
+    let acc = session.accounting();
+    let n_layers = model.config.n_layers;
+    let per_layer: Vec<f64> = (0..n_layers).map(|l| acc.layer_sparsity(l)).collect();
+    let prefill_tps = g.prompt_ids.len() as f64 / g.prefill_secs.max(1e-9);
+    let decode_tps = g.decode_steps as f64 / g.decode_secs.max(1e-9);
+    if a.json {
+        let out = json!({
+            "prompt_ids": g.prompt_ids,
+            "generated_ids": g.generated_ids,
+            "text": g.text,
+            "stop_reason": g.stop.as_str(),
+            "criterion": a.criterion.criterion,
+            "tau": a.criterion.tau,
+            "sink": a.criterion.sink,
+            "local": a.criterion.local,
+            "moments": a.criterion.moments,
+            "sparsity": acc.sparsity(),
+            "decisions": acc.total().decisions,
+            "nonfinite_decisions": acc.total().nonfinite,
+            "per_layer_sparsity": per_layer,
+            "prefill_tokens_per_s": prefill_tps,
+            "decode_tokens_per_s": decode_tps,
+            "attention_flops_ratio": acc.flops_ratio(),
+            "kv_bytes_ratio": acc.kv_bytes_ratio(),
+        });
+        println!("{out}");
+        return Ok(());
+    }
+    println!();
+    let mut e = std::io::stderr();
+    let _ = writeln!(e, "---");
+    let _ = writeln!(
+        e,
+        "prompt {} tokens, prefill {:.2} s ({:.1} tokens/s)",
+        g.prompt_ids.len(),
+        g.prefill_secs,
+        prefill_tps
+    );
+    let _ = writeln!(
+        e,
+        "generated {} tokens, decode {:.2} s ({:.1} tokens/s), stopped: {}",
+        g.generated_ids.len(),
+        g.decode_secs,
+        decode_tps,
+        g.stop.as_str()
+    );
+    if g.stop == StopReason::ContextFull {
+        let _ = writeln!(e, "note: generation reached the context length of {ctx} tokens");
+    }
+    let _ = writeln!(e, "criterion: {}", a.criterion.describe());
+    let t = acc.total();
+    if t.decisions == 0 {
+        let _ = writeln!(
+            e,
+            "sparsity: no decision had a choice (the context never exceeded the {}-token window)",
+            a.criterion.local
+        );
+    } else {
+        let _ = writeln!(
+            e,
+            "sparsity {:.3} over {} head decisions{}; attention FLOPs {:.3}x dense, K/V bytes read {:.3}x dense",
+            acc.sparsity(),
+            t.decisions,
+            if t.nonfinite > 0 { format!(" ({} non-finite, labeled long)", t.nonfinite) } else { String::new() },
+            acc.flops_ratio(),
+            acc.kv_bytes_ratio()
+        );
+        let cells: Vec<String> = per_layer.iter().enumerate().map(|(l, s)| format!("{l}:{s:.2}")).collect();
+        for line in cells.chunks(10) {
+            let _ = writeln!(e, "  per-layer sparsity {}", line.join(" "));
+        }
+    }
+    Ok(())
+}

