@@ -35,7 +35,10 @@ pub fn resolve_model(arg: Option<&Path>) -> CliResult<PathBuf> {
     if let Some(p) = std::env::var_os("QADA_MODEL") {
         let p = PathBuf::from(p);
         if !p.exists() {
-            return fail(format!("QADA_MODEL points to {}, which does not exist", p.display()));
+            return fail(format!(
+                "QADA_MODEL points to {}, which does not exist",
+                p.display()
+            ));
         }
         return Ok(p);
     }
@@ -60,7 +63,8 @@ pub fn resolve_model(arg: Option<&Path>) -> CliResult<PathBuf> {
 /// Load a model with an optional RoPE base override.
 pub fn load_model(arg: Option<&Path>, rope_base: Option<f64>) -> CliResult<Model> {
     let path = resolve_model(arg)?;
-    Model::load(&path, &LoadOptions { rope_base }).map_err(|e| format!("{}: {e}", path.display()).into())
+    Model::load(&path, &LoadOptions { rope_base })
+        .map_err(|e| format!("{}: {e}", path.display()).into())
 }
 
 /// Where the prompt comes from and how it is wrapped.
@@ -92,14 +96,19 @@ impl PromptArgs {
         }
         let from_stdin = || -> CliResult<String> {
             let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s).map_err(|e| format!("reading standard input: {e}"))?;
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| format!("reading standard input: {e}"))?;
             Ok(s)
         };
         match &self.prompt_file {
             Some(p) if p.as_os_str() == "-" => from_stdin(),
-            Some(p) => std::fs::read_to_string(p).map_err(|e| format!("cannot read prompt file {}: {e}", p.display()).into()),
+            Some(p) => std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read prompt file {}: {e}", p.display()).into()),
             None if !std::io::stdin().is_terminal() => from_stdin(),
-            None => fail("no prompt: pass --prompt TEXT, --prompt-file FILE, or pipe text to standard input"),
+            None => fail(
+                "no prompt: pass --prompt TEXT, --prompt-file FILE, or pipe text to standard input",
+            ),
         }
     }
 
@@ -112,7 +121,11 @@ impl PromptArgs {
         } else {
             match tok.chat_template() {
                 Some(t) => t.render_user(&text, self.system.as_deref()),
-                None if self.chat => return fail("the model file has no chat template this build understands: use --raw"),
+                None if self.chat => {
+                    return fail(
+                        "the model file has no chat template this build understands: use --raw",
+                    )
+                }
                 None => text,
             }
         };
@@ -177,7 +190,11 @@ impl CriterionArgs {
                 }
                 Box::new(Static::from_table(&table, self.alpha)?)
             }
-            other => return fail(format!("unknown criterion {other:?}: use dense, window, oracle, static or approx")),
+            other => {
+                return fail(format!(
+                    "unknown criterion {other:?}: use dense, window, oracle, static or approx"
+                ))
+            }
         })
     }
 
@@ -200,7 +217,11 @@ impl CriterionArgs {
                         offset: self.moments_offset,
                     }
                 }
-                _ => return fail(format!("--moments {m:?}: use current, frozen or calibration:PATH")),
+                _ => {
+                    return fail(format!(
+                        "--moments {m:?}: use current, frozen or calibration:PATH"
+                    ))
+                }
             },
         })
     }
@@ -208,8 +229,14 @@ impl CriterionArgs {
     /// A one-line description for reports.
     pub fn describe(&self) -> String {
         match self.criterion.as_str() {
-            "dense" | "window" => format!("{} (sink {}, local {})", self.criterion, self.sink, self.local),
-            "static" => format!("static (alpha {}, sink {}, local {})", self.alpha, self.sink, self.local),
+            "dense" | "window" => format!(
+                "{} (sink {}, local {})",
+                self.criterion, self.sink, self.local
+            ),
+            "static" => format!(
+                "static (alpha {}, sink {}, local {})",
+                self.alpha, self.sink, self.local
+            ),
             c => format!(
                 "{c} (tau {}, sink {}, local {}, moments {})",
                 self.tau, self.sink, self.local, self.moments

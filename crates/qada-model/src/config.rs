@@ -131,7 +131,8 @@ impl ModelConfig {
             None => 10_000.0,
         };
         let rms_eps = f.get_f64(&format!("{a}.attention.layer_norm_rms_epsilon"))? as f32;
-        if !(rope_base.is_finite() && rope_base > 1.0) || !(rms_eps.is_finite() && rms_eps > 0.0) {
+        let sane = rope_base.is_finite() && rope_base > 1.0 && rms_eps.is_finite() && rms_eps > 0.0;
+        if !sane {
             return Err(ModelError::Invalid {
                 what: "rope base or RMSNorm epsilon".into(),
                 offset: 0,

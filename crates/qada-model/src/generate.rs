@@ -43,7 +43,10 @@ impl SamplingParams {
             )));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
-            return Err(ModelError::Input(format!("top-p must be in (0, 1], got {}", self.top_p)));
+            return Err(ModelError::Input(format!(
+                "top-p must be in (0, 1], got {}",
+                self.top_p
+            )));
         }
         Ok(())
     }
@@ -77,15 +80,21 @@ impl Sampler {
             .map(|(i, &v)| (i, finite(v)))
             .fold((0, f32::NEG_INFINITY), |a, b| if b.1 > a.1 { b } else { a });
         if best_v == f32::NEG_INFINITY {
-            return Err(ModelError::Input("every logit is -inf or NaN: nothing to sample".into()));
+            return Err(ModelError::Input(
+                "every logit is -inf or NaN: nothing to sample".into(),
+            ));
         }
         if self.params.temperature == 0.0 {
             return Ok(best as u32);
         }
         let t = self.params.temperature;
         self.probs.clear();
-        self.probs
-            .extend(logits.iter().enumerate().map(|(i, &v)| (i as u32, (finite(v) - best_v) / t)));
+        self.probs.extend(
+            logits
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (i as u32, (finite(v) - best_v) / t)),
+        );
         self.probs.sort_unstable_by(|a, b| b.1.total_cmp(&a.1));
         if self.params.top_k > 0 {
             self.probs.truncate(self.params.top_k);
@@ -309,17 +318,32 @@ mod tests {
         };
         assert_eq!(a, b);
         let mut s = Sampler::new(SamplingParams { top_k: 1, ..p }).unwrap();
-        let best = Sampler::new(SamplingParams::default()).unwrap().sample(&logits).unwrap();
+        let best = Sampler::new(SamplingParams::default())
+            .unwrap()
+            .sample(&logits)
+            .unwrap();
         assert!((0..10).all(|_| s.sample(&logits).unwrap() == best));
     }
 
     #[test]
     fn bad_parameters_are_errors() {
         for p in [
-            SamplingParams { temperature: -1.0, ..Default::default() },
-            SamplingParams { temperature: f32::NAN, ..Default::default() },
-            SamplingParams { top_p: 0.0, ..Default::default() },
-            SamplingParams { top_p: 1.5, ..Default::default() },
+            SamplingParams {
+                temperature: -1.0,
+                ..Default::default()
+            },
+            SamplingParams {
+                temperature: f32::NAN,
+                ..Default::default()
+            },
+            SamplingParams {
+                top_p: 0.0,
+                ..Default::default()
+            },
+            SamplingParams {
+                top_p: 1.5,
+                ..Default::default()
+            },
         ] {
             assert!(Sampler::new(p).is_err());
         }
@@ -328,11 +352,17 @@ mod tests {
     #[test]
     fn stop_filter_holds_back_a_possible_stop_string() {
         let stops = vec!["<END>".to_string()];
-        let mut f = StopFilter { stops: &stops, held: String::new() };
+        let mut f = StopFilter {
+            stops: &stops,
+            held: String::new(),
+        };
         assert_eq!(f.push("hello <E"), ("hello ".to_string(), false));
         assert_eq!(f.push("N"), (String::new(), false));
         assert_eq!(f.push("D> more"), (String::new(), true));
-        let mut f = StopFilter { stops: &stops, held: String::new() };
+        let mut f = StopFilter {
+            stops: &stops,
+            held: String::new(),
+        };
         assert_eq!(f.push("a <Ex"), ("a <Ex".to_string(), false));
     }
 }

@@ -52,7 +52,9 @@ pub fn run(a: Args) -> CliResult<()> {
     let mut prompt = a.prompt.tokens(&model)?;
     let ctx = model.config.context_length;
     if prompt.is_empty() {
-        return fail("the prompt is empty: give some text (with --raw, an empty string has no tokens)");
+        return fail(
+            "the prompt is empty: give some text (with --raw, an empty string has no tokens)",
+        );
     }
     if prompt.len() >= ctx {
         if !a.truncate_prompt {
@@ -64,7 +66,10 @@ pub fn run(a: Args) -> CliResult<()> {
             ));
         }
         let cut = prompt.len() - (ctx - 1);
-        eprintln!("note: prompt truncated: dropped its first {cut} of {} tokens", prompt.len());
+        eprintln!(
+            "note: prompt truncated: dropped its first {cut} of {} tokens",
+            prompt.len()
+        );
         prompt.drain(..cut);
     }
     let opts = SessionOptions {
@@ -157,7 +162,10 @@ pub fn run(a: Args) -> CliResult<()> {
         g.stop.as_str()
     );
     if g.stop == StopReason::ContextFull {
-        let _ = writeln!(e, "note: generation reached the context length of {ctx} tokens");
+        let _ = writeln!(
+            e,
+            "note: generation reached the context length of {ctx} tokens"
+        );
     }
     let _ = writeln!(e, "criterion: {}", a.criterion.describe());
     let t = acc.total();
@@ -177,7 +185,11 @@ pub fn run(a: Args) -> CliResult<()> {
             acc.flops_ratio(),
             acc.kv_bytes_ratio()
         );
-        let cells: Vec<String> = per_layer.iter().enumerate().map(|(l, s)| format!("{l}:{s:.2}")).collect();
+        let cells: Vec<String> = per_layer
+            .iter()
+            .enumerate()
+            .map(|(l, s)| format!("{l}:{s:.2}"))
+            .collect();
         for line in cells.chunks(10) {
             let _ = writeln!(e, "  per-layer sparsity {}", line.join(" "));
         }

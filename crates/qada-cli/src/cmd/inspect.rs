@@ -19,11 +19,20 @@ pub struct Args {
 
 pub fn run(a: Args) -> CliResult<()> {
     let f = GgufFile::open(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
-    println!("file: {} (GGUF v{}, alignment {})", a.file.display(), f.version, f.alignment);
+    println!(
+        "file: {} (GGUF v{}, alignment {})",
+        a.file.display(),
+        f.version,
+        f.alignment
+    );
     println!("metadata ({} keys):", f.metadata().len());
     for (k, v) in f.metadata() {
         let r = v.render(6);
-        let r = if r.len() > 160 { format!("{}...", &r[..r.floor_char_boundary(157)]) } else { r };
+        let r = if r.chars().count() > 160 {
+            format!("{}...", r.chars().take(157).collect::<String>())
+        } else {
+            r
+        };
         println!("  {k} = {r}");
     }
     match ModelConfig::from_gguf(&f) {
@@ -35,7 +44,11 @@ pub fn run(a: Args) -> CliResult<()> {
     }
     let total: u64 = f.tensors().iter().map(|t| t.n_bytes).sum();
     let params: u64 = f.tensors().iter().map(|t| t.n_elements).sum();
-    println!("tensors: {} holding {params} values in {:.1} MiB", f.tensors().len(), total as f64 / (1 << 20) as f64);
+    println!(
+        "tensors: {} holding {params} values in {:.1} MiB",
+        f.tensors().len(),
+        total as f64 / (1 << 20) as f64
+    );
     let mut by_type: BTreeMap<String, (usize, u64)> = BTreeMap::new();
     for t in f.tensors() {
         let e = by_type.entry(t.ty.to_string()).or_default();
@@ -43,11 +56,21 @@ pub fn run(a: Args) -> CliResult<()> {
         e.1 += t.n_bytes;
     }
     for (ty, (n, bytes)) in by_type {
-        println!("  {ty}: {n} tensors, {:.1} MiB", bytes as f64 / (1 << 20) as f64);
+        println!(
+            "  {ty}: {n} tensors, {:.1} MiB",
+            bytes as f64 / (1 << 20) as f64
+        );
     }
     if a.tensors {
         for t in f.tensors() {
-            println!("  {:<32} {:>6} {:?} {} bytes at +{}", t.name, t.ty.to_string(), t.dims, t.n_bytes, t.offset);
+            println!(
+                "  {:<32} {:>6} {:?} {} bytes at +{}",
+                t.name,
+                t.ty.to_string(),
+                t.dims,
+                t.n_bytes,
+                t.offset
+            );
         }
     }
     Ok(())

@@ -26,8 +26,14 @@ pub fn run(a: Args) -> CliResult<()> {
     let text = a.prompt.text()?;
     let ids = tok.encode(&text)?;
     if a.json {
-        let tokens: Vec<String> = ids.iter().map(|&i| tok.token_str(i).unwrap_or_default()).collect();
-        println!("{}", serde_json::json!({ "ids": ids, "tokens": tokens, "n_tokens": ids.len() }));
+        let tokens: Vec<String> = ids
+            .iter()
+            .map(|&i| tok.token_str(i).unwrap_or_default())
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({ "ids": ids, "tokens": tokens, "n_tokens": ids.len() })
+        );
     } else {
         let strs: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
         println!("{}", strs.join(" "));

