@@ -10,10 +10,6 @@ pub enum CoreError {
     #[error("alpha must be in [0, 1], got {0}")]
     InvalidAlpha(f64),
 
-    /// The local window must be longer than the sink.
-    #[error("invalid window: T_local = {local} must be larger than T_sink = {sink}")]
-    InvalidWindow { sink: usize, local: usize },
-
     /// Slices whose lengths must agree do not.
     #[error("dimension mismatch in {what}: expected {expected}, found {found}")]
     DimensionMismatch {
