@@ -2,6 +2,8 @@
 
 mod cmd;
 mod common;
+mod corpus;
+mod plot;
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +24,8 @@ enum Command {
     Tokenize(cmd::tokenize::Args),
     /// Print a GGUF file's metadata and tensors.
     Inspect(cmd::inspect::Args),
+    /// Compare the QAdA criterion with the oracle, head by head, on a prompt.
+    Analyze(cmd::analyze::Args),
 }
 
 fn main() {
@@ -30,6 +34,7 @@ fn main() {
         Command::Generate(a) => cmd::generate::run(a),
         Command::Tokenize(a) => cmd::tokenize::run(a),
         Command::Inspect(a) => cmd::inspect::run(a),
+        Command::Analyze(a) => cmd::analyze::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

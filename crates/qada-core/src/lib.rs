@@ -15,6 +15,7 @@
 
 pub mod accounting;
 pub mod adaptive;
+pub mod analysis;
 pub mod attention;
 pub mod criteria;
 mod criterion;

@@ -57,6 +57,18 @@ pub struct KvCache {
     lens: Vec<usize>,
     /// Set by `finish_prefill`: moments no longer follow the bulk.
     moments_fixed: bool,
+    /// Set by `finish_prefill`.
+    prefill_done: bool,
+}
+
+/// A cache state to return to: lengths and bulk moments (see [`KvCache::checkpoint`]).
+#[derive(Clone, Debug)]
+pub struct CacheCheckpoint {
+    lens: Vec<usize>,
+    moments: Vec<(KeyMoments, usize)>,
+    mode: MomentsMode,
+    moments_fixed: bool,
+    prefill_done: bool,
 }
 
 /// One contiguous run of positions of one head: borrowed keys and values, row-major.
@@ -157,36 +169,25 @@ impl KvCache {
                 found: 0,
             });
         }
-        if let MomentsMode::Calibration { table, .. } = &mode {
-            let sig = table.signature();
-            if sig.n_layers as usize != shape.n_layers
-                || sig.n_kv_heads as usize != shape.n_kv_heads
-                || sig.head_dim as usize != shape.head_dim
-            {
-                return Err(KvError::Stats(qada_stats::StatsError::ModelMismatch {
-                    field: "layers x KV heads x head dimension",
-                    found: format!("{} x {} x {}", sig.n_layers, sig.n_kv_heads, sig.head_dim),
-                    expected: format!(
-                        "{} x {} x {}",
-                        shape.n_layers, shape.n_kv_heads, shape.head_dim
-                    ),
-                }));
-            }
-        }
         let head = HeadStore {
             keys: Vec::new(),
             values: Vec::new(),
             bulk: KeyMoments::new(shape.head_dim),
             folded: 0,
         };
-        Ok(KvCache {
+        let cache = KvCache {
             shape,
             window,
             mode,
             heads: vec![head; shape.n_layers * shape.n_kv_heads],
             lens: vec![0; shape.n_layers],
             moments_fixed: false,
-        })
+            prefill_done: false,
+        };
+        if let MomentsMode::Calibration { table, .. } = &cache.mode {
+            cache.check_table(table)?;
+        }
+        Ok(cache)
     }
 
     /// Sizes of the cache.
@@ -224,6 +225,7 @@ impl KvCache {
         }
         self.lens.iter_mut().for_each(|l| *l = 0);
         self.moments_fixed = false;
+        self.prefill_done = false;
     }
 
     /// Append tokens to one layer. `keys` and `values` are token-major: each token contributes
@@ -280,15 +282,156 @@ impl KvCache {
             }
         }
         self.lens[layer] = len + n;
-        if !self.moments_fixed && !matches!(self.mode, MomentsMode::Calibration { .. }) {
-            let bulk = self.window.split(len + n).bulk;
-            for store in heads.iter_mut() {
-                let from = bulk.start + store.folded;
-                if bulk.end > from {
-                    store.bulk.push_rows(&store.keys[from * d..bulk.end * d])?;
-                    store.folded = bulk.end - bulk.start;
+        if self.follows_bulk() {
+            self.fold_layer(layer)?;
+        }
+        Ok(())
+    }
+
+    /// True when the moments track the cache's own bulk keys as they arrive.
+    fn follows_bulk(&self) -> bool {
+        !self.moments_fixed && !matches!(self.mode, MomentsMode::Calibration { .. })
+    }
+
+    /// Fold the keys of `layer` that left the window since the last fold into its moments.
+    fn fold_layer(&mut self, layer: usize) -> Result<()> {
+        let (nh, d) = (self.shape.n_kv_heads, self.shape.head_dim);
+        let bulk = self.window.split(self.lens[layer]).bulk;
+        for store in &mut self.heads[layer * nh..(layer + 1) * nh] {
+            let from = bulk.start + store.folded;
+            if bulk.end > from {
+                store.bulk.push_rows(&store.keys[from * d..bulk.end * d])?;
+                store.folded = bulk.end - bulk.start;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replace every head's moments by those of its current bulk keys (two passes).
+    fn recompute_own_moments(&mut self) -> Result<()> {
+        let d = self.shape.head_dim;
+        for h in &mut self.heads {
+            h.bulk = KeyMoments::new(d);
+            h.folded = 0;
+        }
+        for layer in 0..self.shape.n_layers {
+            self.fold_layer(layer)?;
+        }
+        Ok(())
+    }
+
+    fn apply_calibration(&mut self) -> Result<()> {
+        if let MomentsMode::Calibration { table, offset } = &self.mode {
+            let checkpoint = table.lookup(self.seq_len(), *offset)?;
+            let nh = self.shape.n_kv_heads;
+            for (i, store) in self.heads.iter_mut().enumerate() {
+                let m = checkpoint
+                    .moments(i / nh, i % nh)
+                    .expect("table shape checked at construction");
+                store.bulk.clone_from(m);
+                store.folded = 0;
+            }
+            self.moments_fixed = true;
+        }
+        Ok(())
+    }
+
+    /// Change where the bulk moments come from, from now on. Update resumes folding keys that
+    /// leave the window; frozen stops (after prefill); calibration looks up the table for the
+    /// current length (after prefill). Leaving calibration recomputes the moments of the
+    /// cache's own bulk keys.
+    pub fn set_moments_mode(&mut self, mode: MomentsMode) -> Result<()> {
+        if let MomentsMode::Calibration { table, .. } = &mode {
+            self.check_table(table)?;
+        }
+        let had_own = !matches!(self.mode, MomentsMode::Calibration { .. });
+        self.mode = mode;
+        self.moments_fixed = false;
+        match self.mode {
+            MomentsMode::Calibration { .. } => {
+                if self.prefill_done {
+                    self.apply_calibration()?;
                 }
             }
+            MomentsMode::Update | MomentsMode::Frozen => {
+                if had_own {
+                    for layer in 0..self.shape.n_layers {
+                        self.fold_layer(layer)?;
+                    }
+                } else {
+                    self.recompute_own_moments()?;
+                }
+                self.moments_fixed = self.prefill_done && matches!(self.mode, MomentsMode::Frozen);
+            }
+        }
+        Ok(())
+    }
+
+    /// Remember the current lengths and moments.
+    pub fn checkpoint(&self) -> CacheCheckpoint {
+        CacheCheckpoint {
+            lens: self.lens.clone(),
+            moments: self
+                .heads
+                .iter()
+                .map(|h| (h.bulk.clone(), h.folded))
+                .collect(),
+            mode: self.mode.clone(),
+            moments_fixed: self.moments_fixed,
+            prefill_done: self.prefill_done,
+        }
+    }
+
+    /// Return to a checkpoint taken earlier in the same sequence: tokens appended since are
+    /// dropped and the moments, mode and prefill state are restored.
+    pub fn restore(&mut self, cp: &CacheCheckpoint) -> Result<()> {
+        if cp.lens.len() != self.lens.len() || cp.moments.len() != self.heads.len() {
+            return Err(KvError::OutOfRange {
+                what: "checkpoint layers",
+                index: cp.lens.len(),
+                count: self.lens.len(),
+            });
+        }
+        for (layer, (&now, &then)) in self.lens.iter().zip(&cp.lens).enumerate() {
+            if then > now {
+                return Err(KvError::CapacityExceeded {
+                    layer,
+                    len: now,
+                    requested: then - now,
+                    capacity: now,
+                });
+            }
+        }
+        let (nh, d) = (self.shape.n_kv_heads, self.shape.head_dim);
+        for (i, (store, (m, folded))) in self.heads.iter_mut().zip(&cp.moments).enumerate() {
+            let len = cp.lens[i / nh];
+            store.keys.truncate(len * d);
+            store.values.truncate(len * d);
+            store.bulk.clone_from(m);
+            store.folded = *folded;
+        }
+        self.lens.clone_from(&cp.lens);
+        self.mode = cp.mode.clone();
+        self.moments_fixed = cp.moments_fixed;
+        self.prefill_done = cp.prefill_done;
+        Ok(())
+    }
+
+    fn check_table(&self, table: &MomentTable) -> Result<()> {
+        let sig = table.signature();
+        let shape = self.shape;
+        if sig.n_layers as usize != shape.n_layers
+            || sig.n_kv_heads as usize != shape.n_kv_heads
+            || sig.head_dim as usize != shape.head_dim
+        {
+            return Err(KvError::Stats(qada_stats::StatsError::ModelMismatch {
+                field: "layers x KV heads x head dimension",
+                found: format!("{} x {} x {}", sig.n_layers, sig.n_kv_heads, sig.head_dim),
+                expected: format!(
+                    "{} x {} x {}",
+                    shape.n_layers, shape.n_kv_heads, shape.head_dim
+                ),
+            }));
         }
         Ok(())
     }
@@ -296,20 +439,11 @@ impl KvCache {
     /// Mark the end of the prompt. Frozen mode stops updating the bulk moments; calibration
     /// mode looks up the checkpoint for the prompt length. Update mode is unaffected.
     pub fn finish_prefill(&mut self) -> Result<()> {
+        self.prefill_done = true;
         match &self.mode {
             MomentsMode::Update => {}
             MomentsMode::Frozen => self.moments_fixed = true,
-            MomentsMode::Calibration { table, offset } => {
-                let checkpoint = table.lookup(self.seq_len(), *offset)?;
-                let nh = self.shape.n_kv_heads;
-                for (i, store) in self.heads.iter_mut().enumerate() {
-                    let m = checkpoint
-                        .moments(i / nh, i % nh)
-                        .expect("table shape checked at construction");
-                    store.bulk.clone_from(m);
-                }
-                self.moments_fixed = true;
-            }
+            MomentsMode::Calibration { .. } => self.apply_calibration()?,
         }
         Ok(())
     }

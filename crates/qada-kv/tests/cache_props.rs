@@ -258,3 +258,126 @@ fn sink_of_zero_and_short_sequences() {
     let s = WindowConfig::PAPER.split(129);
     assert_eq!((s.sink, s.bulk, s.window), (0..16, 16..17, 17..129));
 }
+
+proptest! {
+    /// After appending anything, restore returns exactly the checkpointed keys and moments,
+    /// and appending the same tokens again gives the same state as the first time.
+    #[test]
+    fn restore_returns_to_the_checkpoint(
+        first in 1usize..40, extra in prop::collection::vec(1usize..9, 1..6), frozen in any::<bool>(),
+    ) {
+        let (d, heads) = (3, 2);
+        let mode = if frozen { MomentsMode::Frozen } else { MomentsMode::Update };
+        let mut cache = KvCache::new(shape(d, heads, 1000), WindowConfig::new(2, 6).unwrap(), mode).unwrap();
+        for layer in 0..2 {
+            cache.append(layer, &block(first, 0, heads, d, 0.0), &block(first, 0, heads, d, 1.0)).unwrap();
+        }
+        cache.finish_prefill().unwrap();
+        let cp = cache.checkpoint();
+        let before: Vec<(Vec<f32>, KeyMoments)> = (0..heads)
+            .map(|h| (cache.head(1, h).unwrap().keys().to_vec(), cache.head(1, h).unwrap().bulk_moments().clone()))
+            .collect();
+        let run = |cache: &mut KvCache| {
+            let mut t = first;
+            for &n in &extra {
+                for layer in 0..2 {
+                    cache.append(layer, &block(n, t, heads, d, 0.0), &block(n, t, heads, d, 1.0)).unwrap();
+                }
+                t += n;
+            }
+            (0..heads).map(|h| cache.head(1, h).unwrap().bulk_moments().clone()).collect::<Vec<_>>()
+        };
+        let once = run(&mut cache);
+        cache.restore(&cp).unwrap();
+        for (h, (keys, m)) in before.iter().enumerate() {
+            let v = cache.head(1, h).unwrap();
+            prop_assert_eq!(v.keys(), keys.as_slice());
+            prop_assert_eq!(v.bulk_moments(), m);
+        }
+        let twice = run(&mut cache);
+        prop_assert_eq!(once, twice);
+    }
+}
+
+#[test]
+fn switching_moment_modes_after_prefill() {
+    let (d, heads) = (3, 2);
+    let sig = ModelSignature {
+        architecture: "llama".into(),
+        n_layers: 2,
+        n_kv_heads: heads as u32,
+        head_dim: d as u32,
+        rope_base: 1e4,
+    };
+    let runs: Vec<Vec<f32>> = (0..4).map(|i| block(64, 0, 1, d, i as f32 * 3.0)).collect();
+    let table = Arc::new(MomentTable::from_keys(sig, 8, |l, h| &runs[l * 2 + h]).unwrap());
+    let w = WindowConfig::new(1, 4).unwrap();
+    let mut cache = KvCache::new(shape(d, heads, 100), w, MomentsMode::Update).unwrap();
+    for layer in 0..2 {
+        cache
+            .append(
+                layer,
+                &block(40, 0, heads, d, 0.0),
+                &block(40, 0, heads, d, 1.0),
+            )
+            .unwrap();
+    }
+    cache.finish_prefill().unwrap();
+    let own = |c: &KvCache| {
+        let v = c.head(0, 1).unwrap();
+        KeyMoments::from_rows(
+            d,
+            &v.keys()[v.split().bulk.start * d..v.split().bulk.end * d],
+        )
+        .unwrap()
+    };
+    let cp = cache.checkpoint();
+
+    cache
+        .set_moments_mode(MomentsMode::Calibration {
+            table: table.clone(),
+            offset: 10,
+        })
+        .unwrap();
+    assert_eq!(
+        cache.head(0, 1).unwrap().bulk_moments(),
+        table.lookup(40, 10).unwrap().moments(0, 1).unwrap()
+    );
+    // leaving calibration recomputes the cache's own bulk moments, then follows new keys
+    cache
+        .append(
+            0,
+            &block(3, 40, heads, d, 0.0),
+            &block(3, 40, heads, d, 1.0),
+        )
+        .unwrap();
+    cache.set_moments_mode(MomentsMode::Update).unwrap();
+    let m = cache.head(0, 1).unwrap().bulk_moments().clone();
+    let r = own(&cache);
+    assert_eq!(m.count(), r.count());
+    for (a, b) in m.covariance().iter().zip(r.covariance()) {
+        assert!((a - b).abs() < 1e-9);
+    }
+    // frozen after prefill: new keys no longer join
+    cache.restore(&cp).unwrap();
+    cache.set_moments_mode(MomentsMode::Frozen).unwrap();
+    let frozen = cache.head(0, 1).unwrap().bulk_moments().clone();
+    cache
+        .append(
+            0,
+            &block(5, 40, heads, d, 0.0),
+            &block(5, 40, heads, d, 1.0),
+        )
+        .unwrap();
+    assert_eq!(cache.head(0, 1).unwrap().bulk_moments(), &frozen);
+    // back to update: the keys that left the window meanwhile are folded in
+    cache.set_moments_mode(MomentsMode::Update).unwrap();
+    assert_eq!(
+        cache.head(0, 1).unwrap().bulk_moments().count(),
+        own(&cache).count()
+    );
+    // a checkpoint from a longer state cannot be restored into a shorter one
+    let long = cache.checkpoint();
+    cache.restore(&cp).unwrap();
+    assert!(cache.restore(&long).is_err());
+}

@@ -16,7 +16,7 @@ pub mod ops;
 pub mod session;
 
 pub use model::{LoadOptions, Model};
-pub use session::{Session, SessionOptions, StepObserver};
+pub use session::{Session, SessionCheckpoint, SessionOptions, StepObserver};
 pub mod generate;
 
 pub use generate::{generate, GenerateConfig, Generation, Sampler, SamplingParams, StopReason};

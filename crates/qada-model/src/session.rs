@@ -1,7 +1,7 @@
 //! Running the model: dense prefill in blocks, then one adaptive decoding step per token.
 
 use qada_core::{attend_layer, Accounting, Decision, KvSegments, LayerScratch, LocalityCriterion};
-use qada_kv::{CacheShape, HeadView, KvCache, MomentsMode, WindowConfig};
+use qada_kv::{CacheCheckpoint, CacheShape, HeadView, KvCache, MomentsMode, WindowConfig};
 use rayon::prelude::*;
 
 use crate::model::{Linear, Model};
@@ -35,6 +35,14 @@ pub trait StepObserver {
         scale: f32,
         decisions: &[Decision],
     ) -> Result<()>;
+}
+
+/// A session state to return to (see [`Session::checkpoint`]).
+#[derive(Clone, Debug)]
+pub struct SessionCheckpoint {
+    cache: CacheCheckpoint,
+    logits: Vec<f32>,
+    prefilled: bool,
 }
 
 /// One sequence being decoded: the cache, scratch buffers and what the criterion saved.
@@ -161,6 +169,43 @@ impl<'m> Session<'m> {
     /// The model.
     pub fn model(&self) -> &'m Model {
         self.model
+    }
+
+    /// The logits after the last token run.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// Remember this state (typically right after prefill) to decode from it again.
+    pub fn checkpoint(&self) -> SessionCheckpoint {
+        SessionCheckpoint {
+            cache: self.cache.checkpoint(),
+            logits: self.logits.clone(),
+            prefilled: self.prefilled,
+        }
+    }
+
+    /// Return to a checkpoint of this sequence; the accounting starts afresh.
+    pub fn restore(&mut self, cp: &SessionCheckpoint) -> Result<()> {
+        self.cache.restore(&cp.cache)?;
+        self.logits.clone_from(&cp.logits);
+        self.prefilled = cp.prefilled;
+        let c = &self.model.config;
+        self.accounting = Accounting::new(c.n_layers, c.n_heads);
+        Ok(())
+    }
+
+    /// Decide with another criterion from now on.
+    pub fn set_criterion(&mut self, criterion: Box<dyn LocalityCriterion>) {
+        self.criterion = criterion;
+    }
+
+    /// Take bulk moments from elsewhere from now on (see [`KvCache::set_moments_mode`]).
+    pub fn set_moments_mode(&mut self, mode: MomentsMode) -> Result<()> {
+        if let MomentsMode::Calibration { table, .. } = &mode {
+            table.signature().check_matches(&self.model.signature())?;
+        }
+        Ok(self.cache.set_moments_mode(mode)?)
     }
 
     /// Forget the sequence (keeps allocations and the criterion).

@@ -1,0 +1,215 @@
+//! `qada analyze`: how good is the QAdA criterion, head by head, against the oracle.
+//!
+//! Decodes greedily with dense attention and, at the last prompt position and at every
+//! generated position, probes every layer and query head: exact `log A_bulk`, the Gaussian
+//! `log A_bulk_hat` and `log A_local`. The labels of both criteria at `--tau` follow.
+
+use std::path::PathBuf;
+
+use qada_core::analysis::{probe_layer, HeadProbe, Report, Summary};
+use qada_core::{Decision, Dense, KvSegments, Tau};
+use qada_model::{
+    Result as ModelResult, Sampler, SamplingParams, Session, SessionOptions, StepObserver,
+};
+use serde_json::{json, Value};
+
+use crate::common::{fail, load_model, progress_bar, CliResult, CriterionArgs, PromptArgs};
+use crate::plot;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// GGUF model file (default: the one the setup script fetched).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    #[command(flatten)]
+    prompt: PromptArgs,
+    #[command(flatten)]
+    criterion: CriterionArgs,
+    /// Tokens to decode after the prompt (positions probed: the last prompt token and these).
+    #[arg(long, default_value_t = 16)]
+    steps: usize,
+    /// Print everything as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Draw the (layer x head) long-context frequencies of oracle and approx (PNG).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+/// Collects the probes of every layer at every observed step.
+#[derive(Default)]
+pub struct Prober {
+    pub probes: Vec<HeadProbe>,
+}
+
+impl StepObserver for Prober {
+    fn observe_layer(
+        &mut self,
+        layer: usize,
+        q: &[f32],
+        kv: &[KvSegments<'_>],
+        scale: f32,
+        _d: &[Decision],
+    ) -> ModelResult<()> {
+        self.probes.extend(probe_layer(layer, q, kv, scale)?);
+        Ok(())
+    }
+}
+
+fn summary_json(s: &Summary) -> Value {
+    json!({ "mean": s.mean, "median": s.median, "std": s.std, "count": s.count })
+}
+
+/// The report as JSON (NaN becomes null).
+pub fn report_json(r: &Report) -> Value {
+    let a = &r.agreement;
+    json!({
+        "tau": r.tau,
+        "count": r.count,
+        "frac_local_oracle": r.frac_local_oracle,
+        "frac_local_approx": r.frac_local_approx,
+        "agreement": {
+            "accuracy": a.accuracy(),
+            "recall_long": a.recall_long(),
+            "precision_long": a.precision_long(),
+            "both_long": a.both_long,
+            "both_local": a.both_local,
+            "oracle_long_approx_local": a.missed_long,
+            "oracle_local_approx_long": a.false_long,
+        },
+        "log_error_gauss": summary_json(&r.log_error_gauss),
+        "log_gap_bulk_local": summary_json(&r.log_gap_bulk_local),
+        "per_layer_frac_local_oracle": r.per_layer_frac_local_oracle,
+        "per_layer_frac_local_approx": r.per_layer_frac_local_approx,
+        "per_head_frac_long_oracle": r.per_head_frac_long_oracle,
+        "per_head_frac_long_approx": r.per_head_frac_long_approx,
+        "n_layers": r.shape.0,
+        "n_heads": r.shape.1,
+    })
+}
+
+pub fn run(a: Args) -> CliResult<()> {
+    let tau = Tau::new(a.criterion.tau)?;
+    let model = load_model(a.model.as_deref(), a.criterion.rope_base)?;
+    let tokens = a.prompt.tokens(&model)?;
+    let c = &model.config;
+    if tokens.len() < 2 {
+        return fail("the prompt needs at least 2 tokens (the last one is probed after the others are prefilled)");
+    }
+    if tokens.len() + a.steps > c.context_length {
+        return fail(format!(
+            "the prompt ({} tokens) plus --steps {} exceed the context length {}",
+            tokens.len(),
+            a.steps,
+            c.context_length
+        ));
+    }
+    let window = a.criterion.window()?;
+    if tokens.len() <= window.local() {
+        return fail(format!(
+            "the prompt has {} tokens, no more than the local window of {}: every head is local, \
+             there is nothing to analyze (use a longer prompt)",
+            tokens.len(),
+            window.local()
+        ));
+    }
+    let mut session = Session::new(
+        &model,
+        SessionOptions {
+            criterion: Box::new(Dense),
+            window,
+            moments: a.criterion.moments(&model)?,
+            capacity: None,
+        },
+    )?;
+    let (head, last) = tokens.split_at(tokens.len() - 1);
+    let pb = progress_bar(head.len() as u64, "prefill");
+    session.prefill(head, &mut |done, _| pb.set_position(done as u64))?;
+    pb.finish_and_clear();
+    let mut prober = Prober::default();
+    let mut sampler = Sampler::new(SamplingParams::default())?;
+    let mut next = last[0];
+    let mut generated = Vec::new();
+    for _ in 0..=a.steps {
+        let logits = session.step_observed(next, Some(&mut prober))?;
+        next = sampler.sample(logits)?;
+        generated.push(next);
+    }
+    generated.pop();
+    let r = Report::new(&prober.probes, tau, c.n_layers, c.n_heads);
+    if let Some(path) = &a.plot {
+        plot::heatmaps(
+            path,
+            &format!(
+                "long-context frequency per head, tau {} ({} positions)",
+                r.tau,
+                a.steps + 1
+            ),
+            [
+                ("oracle", &r.per_head_frac_long_oracle),
+                ("approx (QAdA)", &r.per_head_frac_long_approx),
+            ],
+            c.n_layers,
+            c.n_heads,
+        )?;
+    }
+    if a.json {
+        let mut v = report_json(&r);
+        v["prompt_tokens"] = json!(tokens.len());
+        v["steps"] = json!(a.steps);
+        v["moments"] = json!(a.criterion.moments);
+        v["generated_ids"] = json!(generated);
+        println!("{v}");
+        return Ok(());
+    }
+    let ag = &r.agreement;
+    println!(
+        "prompt {} tokens, {} positions probed, {} (position, layer, head) decisions",
+        tokens.len(),
+        a.steps + 1,
+        r.count
+    );
+    println!(
+        "tau {}, moments {}, sink {}, local {}",
+        r.tau,
+        a.criterion.moments,
+        window.sink(),
+        window.local()
+    );
+    println!(
+        "fraction local: oracle {:.3}, approx {:.3}",
+        r.frac_local_oracle, r.frac_local_approx
+    );
+    println!(
+        "agreement (positive = long-context): accuracy {:.3}, recall {:.3}, precision {:.3}",
+        ag.accuracy(),
+        ag.recall_long(),
+        ag.precision_long()
+    );
+    println!(
+        "  both long {}, both local {}, oracle long / approx local {}, oracle local / approx long {}",
+        ag.both_long, ag.both_local, ag.missed_long, ag.false_long
+    );
+    let (g, b) = (&r.log_error_gauss, &r.log_gap_bulk_local);
+    println!(
+        "|log A_bulk - log A_bulk_hat|: mean {:.3}, median {:.3}, std {:.3}",
+        g.mean, g.median, g.std
+    );
+    println!(
+        "|log A_bulk - log A_local|:    mean {:.3}, median {:.3}, std {:.3}",
+        b.mean, b.median, b.std
+    );
+    println!("per layer, fraction local (oracle / approx):");
+    for l in 0..c.n_layers {
+        let heads: Vec<String> = (0..c.n_heads)
+            .map(|h| format!("{:.2}", r.per_head_frac_long_oracle[l * c.n_heads + h]))
+            .collect();
+        println!(
+            "  layer {l:>2}: {:.2} / {:.2}   oracle long freq per head: {}",
+            r.per_layer_frac_local_oracle[l],
+            r.per_layer_frac_local_approx[l],
+            heads.join(" ")
+        );
+    }
+    Ok(())
+}

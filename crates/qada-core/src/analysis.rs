@@ -1,0 +1,334 @@
+//! Measuring a criterion against the oracle: per-head probes of the exact and estimated masses,
+//! and the statistics of the paper's Table 2 and Figure 7.
+//!
+//! A [`HeadProbe`] holds, for one query head at one step, `log A_local`, the exact
+//! `log A_bulk` and the Gaussian estimate `log A_bulk_hat`. Every label at any `tau` follows
+//! from these three numbers, so one decoding pass can be scored at many thresholds.
+
+use qada_stats::GaussianScore;
+
+use crate::attention::{scores, KvSegments};
+use crate::lse::{log_local_share, lse};
+use crate::{CoreError, Result, Tau};
+
+/// The masses of one query head at one step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HeadProbe {
+    /// Layer index.
+    pub layer: usize,
+    /// Query head index.
+    pub head: usize,
+    /// `T_bulk`.
+    pub bulk_len: usize,
+    /// `ln A_local = lse(s_I)`.
+    pub log_local: f64,
+    /// `ln A_bulk`, exact.
+    pub log_bulk: f64,
+    /// `ln A_bulk_hat = ln T_bulk + mu_s + sigma_s^2 / 2` (NaN without moments).
+    pub log_bulk_hat: f64,
+}
+
+impl HeadProbe {
+    /// Exact log local share.
+    pub fn oracle_share(&self) -> f64 {
+        log_local_share(self.log_local, self.log_bulk)
+    }
+    /// Estimated log local share.
+    pub fn approx_share(&self) -> f64 {
+        log_local_share(self.log_local, self.log_bulk_hat)
+    }
+    /// The oracle's label at `tau`.
+    pub fn oracle_local(&self, tau: Tau) -> bool {
+        tau.is_local(self.oracle_share())
+    }
+    /// QAdA's label at `tau`.
+    pub fn approx_local(&self, tau: Tau) -> bool {
+        tau.is_local(self.approx_share())
+    }
+}
+
+/// Probe every query head of a layer at one step (only when there is a bulk).
+pub fn probe_layer(
+    layer: usize,
+    queries: &[f32],
+    kv: &[KvSegments<'_>],
+    scale: f32,
+) -> Result<Vec<HeadProbe>> {
+    let n_kv = kv.len();
+    let d = kv.first().map_or(0, |k| k.dim);
+    if n_kv == 0 || d == 0 || queries.len() % d != 0 || (queries.len() / d) % n_kv != 0 {
+        return Err(CoreError::DimensionMismatch {
+            what: "queries (n_heads x d) for the KV heads",
+            expected: n_kv * d,
+            found: queries.len(),
+        });
+    }
+    let n_heads = queries.len() / d;
+    let group = n_heads / n_kv;
+    let mut out = Vec::with_capacity(n_heads);
+    let mut local = Vec::new();
+    let mut bulk = Vec::new();
+    for h in 0..n_heads {
+        let k = &kv[h / group];
+        k.validate()?;
+        if k.bulk_len() == 0 {
+            continue;
+        }
+        let q = &queries[h * d..(h + 1) * d];
+        let ns = k.sink_keys.len() / d;
+        local.resize(k.local_len(), 0.0);
+        scores(q, k.sink_keys, scale, &mut local[..ns]);
+        scores(q, k.window_keys, scale, &mut local[ns..]);
+        bulk.resize(k.bulk_len(), 0.0);
+        scores(q, k.bulk_keys, scale, &mut bulk);
+        let log_bulk_hat = if k.bulk_moments.is_empty() {
+            f64::NAN
+        } else {
+            GaussianScore::new(q, k.bulk_moments, scale as f64)?.log_bulk_mass(k.bulk_len())
+        };
+        out.push(HeadProbe {
+            layer,
+            head: h,
+            bulk_len: k.bulk_len(),
+            log_local: lse(&local),
+            log_bulk: lse(&bulk),
+            log_bulk_hat,
+        });
+    }
+    Ok(out)
+}
+
+/// Mean, median and standard deviation of a sample (NaN for an empty one).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Summary {
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Median.
+    pub median: f64,
+    /// Population standard deviation.
+    pub std: f64,
+    /// Sample size (finite values only).
+    pub count: usize,
+}
+
+impl Summary {
+    /// Summarize the finite values of `xs`.
+    pub fn of(xs: impl IntoIterator<Item = f64>) -> Self {
+        let mut v: Vec<f64> = xs.into_iter().filter(|x| x.is_finite()).collect();
+        let n = v.len();
+        if n == 0 {
+            return Summary {
+                mean: f64::NAN,
+                median: f64::NAN,
+                std: f64::NAN,
+                count: 0,
+            };
+        }
+        v.sort_by(f64::total_cmp);
+        let mean = v.iter().sum::<f64>() / n as f64;
+        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            0.5 * (v[n / 2 - 1] + v[n / 2])
+        };
+        Summary {
+            mean,
+            median,
+            std: var.sqrt(),
+            count: n,
+        }
+    }
+}
+
+/// How QAdA's labels agree with the oracle's; the positive class is long-context.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Agreement {
+    /// Both long.
+    pub both_long: u64,
+    /// Both local.
+    pub both_local: u64,
+    /// Oracle long, approx local (a missed long-context head).
+    pub missed_long: u64,
+    /// Oracle local, approx long (a lost saving).
+    pub false_long: u64,
+}
+
+impl Agreement {
+    /// Fraction of equal labels.
+    pub fn accuracy(&self) -> f64 {
+        ratio(self.both_long + self.both_local, self.total())
+    }
+    /// Of the oracle's long-context labels, the fraction approx also calls long.
+    pub fn recall_long(&self) -> f64 {
+        ratio(self.both_long, self.both_long + self.missed_long)
+    }
+    /// Of approx's long-context labels, the fraction the oracle also calls long.
+    pub fn precision_long(&self) -> f64 {
+        ratio(self.both_long, self.both_long + self.false_long)
+    }
+    /// Labels compared.
+    pub fn total(&self) -> u64 {
+        self.both_long + self.both_local + self.missed_long + self.false_long
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        f64::NAN
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// Everything `qada analyze` reports, from probes at one `tau`.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The threshold.
+    pub tau: f64,
+    /// Probes scored.
+    pub count: usize,
+    /// Fraction labeled local by the oracle.
+    pub frac_local_oracle: f64,
+    /// Fraction labeled local by QAdA.
+    pub frac_local_approx: f64,
+    /// Label agreement.
+    pub agreement: Agreement,
+    /// `|log A_bulk - log A_bulk_hat|`.
+    pub log_error_gauss: Summary,
+    /// `|log A_bulk - log A_local|`.
+    pub log_gap_bulk_local: Summary,
+    /// Per layer, fraction local by the oracle.
+    pub per_layer_frac_local_oracle: Vec<f64>,
+    /// Per layer, fraction local by QAdA.
+    pub per_layer_frac_local_approx: Vec<f64>,
+    /// Per (layer, head), long-context frequency by the oracle (layer-major).
+    pub per_head_frac_long_oracle: Vec<f64>,
+    /// Per (layer, head), long-context frequency by QAdA (layer-major).
+    pub per_head_frac_long_approx: Vec<f64>,
+    /// Layers and heads per layer of the per-head tables.
+    pub shape: (usize, usize),
+}
+
+impl Report {
+    /// Score probes at `tau` for a model of `n_layers x n_heads` query heads.
+    pub fn new(probes: &[HeadProbe], tau: Tau, n_layers: usize, n_heads: usize) -> Self {
+        let mut ag = Agreement::default();
+        let mut n = vec![0u64; n_layers * n_heads];
+        let mut long_o = vec![0u64; n_layers * n_heads];
+        let mut long_a = vec![0u64; n_layers * n_heads];
+        for p in probes {
+            let (o, a) = (p.oracle_local(tau), p.approx_local(tau));
+            match (o, a) {
+                (false, false) => ag.both_long += 1,
+                (true, true) => ag.both_local += 1,
+                (false, true) => ag.missed_long += 1,
+                (true, false) => ag.false_long += 1,
+            }
+            if let Some(i) =
+                (p.layer < n_layers && p.head < n_heads).then(|| p.layer * n_heads + p.head)
+            {
+                n[i] += 1;
+                long_o[i] += !o as u64;
+                long_a[i] += !a as u64;
+            }
+        }
+        let frac = |c: &[u64], t: &[u64]| -> f64 {
+            let (c, t): (u64, u64) = (c.iter().sum(), t.iter().sum());
+            if t == 0 {
+                f64::NAN
+            } else {
+                c as f64 / t as f64
+            }
+        };
+        let per_head = |c: &[u64]| -> Vec<f64> {
+            c.iter()
+                .zip(&n)
+                .map(|(&c, &t)| {
+                    if t == 0 {
+                        f64::NAN
+                    } else {
+                        c as f64 / t as f64
+                    }
+                })
+                .collect()
+        };
+        let per_layer_local = |long: &[u64]| -> Vec<f64> {
+            (0..n_layers)
+                .map(|l| {
+                    let r = l * n_heads..(l + 1) * n_heads;
+                    1.0 - frac(&long[r.clone()], &n[r])
+                })
+                .collect()
+        };
+        Report {
+            tau: tau.get(),
+            count: probes.len(),
+            frac_local_oracle: 1.0 - frac(&long_o, &n),
+            frac_local_approx: 1.0 - frac(&long_a, &n),
+            agreement: ag,
+            log_error_gauss: Summary::of(
+                probes.iter().map(|p| (p.log_bulk - p.log_bulk_hat).abs()),
+            ),
+            log_gap_bulk_local: Summary::of(
+                probes.iter().map(|p| (p.log_bulk - p.log_local).abs()),
+            ),
+            per_layer_frac_local_oracle: per_layer_local(&long_o),
+            per_layer_frac_local_approx: per_layer_local(&long_a),
+            per_head_frac_long_oracle: per_head(&long_o),
+            per_head_frac_long_approx: per_head(&long_a),
+            shape: (n_layers, n_heads),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn summary_of_a_known_sample() {
+        let s = Summary::of([3.0, 1.0, 2.0, f64::NAN, 4.0]);
+        assert_eq!((s.mean, s.median, s.count), (2.5, 2.5, 4));
+        assert!((s.std - 1.25f64.sqrt()).abs() < 1e-12);
+        assert!(Summary::of([]).mean.is_nan());
+    }
+
+    #[test]
+    fn report_counts_agreement_with_long_as_positive() {
+        let p = |layer, head, log_local: f64, log_bulk: f64, log_bulk_hat: f64| HeadProbe {
+            layer,
+            head,
+            bulk_len: 10,
+            log_local,
+            log_bulk,
+            log_bulk_hat,
+        };
+        let tau = Tau::new(0.5).unwrap();
+        let probes = [
+            p(0, 0, 0.0, -5.0, -5.0), // both local
+            p(0, 1, 0.0, 5.0, 5.0),   // both long
+            p(1, 0, 0.0, 5.0, -5.0),  // approx misses a long head
+            p(1, 1, 0.0, -5.0, 5.0),  // approx calls a local head long
+        ];
+        let r = Report::new(&probes, tau, 2, 2);
+        assert_eq!(
+            r.agreement,
+            Agreement {
+                both_long: 1,
+                both_local: 1,
+                missed_long: 1,
+                false_long: 1
+            }
+        );
+        assert_eq!(r.agreement.accuracy(), 0.5);
+        assert_eq!(r.agreement.recall_long(), 0.5);
+        assert_eq!(r.agreement.precision_long(), 0.5);
+        assert_eq!(r.frac_local_oracle, 0.5);
+        assert_eq!(r.per_layer_frac_local_oracle, vec![0.5, 0.5]);
+        assert_eq!(r.per_layer_frac_local_approx, vec![0.5, 0.5]);
+        assert_eq!(r.per_head_frac_long_oracle, vec![0.0, 1.0, 1.0, 0.0]);
+        assert_eq!(r.log_error_gauss.median, 5.0);
+        assert_eq!(r.log_gap_bulk_local.mean, 5.0);
+    }
+}
