@@ -9,7 +9,8 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qada_core::{Approx, Dense, LocalityCriterion, Oracle, Static, StaticTable, Window};
 use qada_kv::{MomentsMode, WindowConfig};
-use qada_model::{LoadOptions, Model};
+use qada_model::qlinear::ActPrecision;
+use qada_model::{LoadOptions, Model, WeightFormat};
 use qada_stats::{MomentTable, DEFAULT_TABLE_OFFSET};
 
 /// The CLI's error: a message for the user.
@@ -60,11 +61,44 @@ pub fn resolve_model(arg: Option<&Path>) -> CliResult<PathBuf> {
     ))
 }
 
-/// Load a model with an optional RoPE base override.
-pub fn load_model(arg: Option<&Path>, rope_base: Option<f64>) -> CliResult<Model> {
-    let path = resolve_model(arg)?;
-    Model::load(&path, &LoadOptions { rope_base })
-        .map_err(|e| format!("{}: {e}", path.display()).into())
+/// Which model file and how to hold it.
+#[derive(Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// GGUF model file (default: the one the setup script fetched).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
+    /// Override the RoPE base read from the file (keys, and so moments, depend on it).
+    #[arg(long)]
+    pub rope_base: Option<f64>,
+    /// Weights: native (kept in their GGUF blocks, quantized products) or f32 (dequantized at
+    /// load: the exact reference path, four times the memory traffic).
+    #[arg(long, default_value = "native")]
+    pub weights: String,
+    /// Activations in quantized products: f32 (within 1e-3 of the f32 path) or int8 (faster,
+    /// logits within 1.5, as llama.cpp's scheme).
+    #[arg(long, default_value = "f32")]
+    pub activations: String,
+}
+
+/// Load the model the flags name.
+pub fn load_model(a: &ModelArgs) -> CliResult<Model> {
+    let path = resolve_model(a.model.as_deref())?;
+    let weights = match a.weights.as_str() {
+        "native" => WeightFormat::Native,
+        "f32" => WeightFormat::F32,
+        w => return fail(format!("--weights {w:?}: use native or f32")),
+    };
+    let activations = match a.activations.as_str() {
+        "f32" => ActPrecision::F32,
+        "int8" => ActPrecision::Int8,
+        x => return fail(format!("--activations {x:?}: use f32 or int8")),
+    };
+    let opts = LoadOptions {
+        rope_base: a.rope_base,
+        weights,
+        activations,
+    };
+    Model::load(&path, &opts).map_err(|e| format!("{}: {e}", path.display()).into())
 }
 
 /// Where the prompt comes from and how it is wrapped.
@@ -160,9 +194,6 @@ pub struct CriterionArgs {
     /// Static criterion: fraction of heads labeled local.
     #[arg(long, default_value_t = 0.5)]
     pub alpha: f64,
-    /// Override the RoPE base read from the file.
-    #[arg(long)]
-    pub rope_base: Option<f64>,
 }
 
 impl CriterionArgs {

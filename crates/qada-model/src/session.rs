@@ -4,8 +4,9 @@ use qada_core::{attend_layer, Accounting, Decision, KvSegments, LayerScratch, Lo
 use qada_kv::{CacheCheckpoint, CacheShape, HeadView, KvCache, MomentsMode, WindowConfig};
 use rayon::prelude::*;
 
-use crate::model::{Linear, Model};
-use crate::ops::{gemm_strided, matmul_t, matvec, rms_norm, rope_inplace, rope_table, swiglu};
+use crate::model::Model;
+use crate::ops::{gemm_strided, rms_norm, rope_inplace, rope_table, swiglu};
+use crate::qlinear::{Q8Acts, QLinear};
 use crate::{ModelError, Result};
 
 /// Tokens per prefill block: large enough for gemm to run at full speed, small enough that
@@ -63,6 +64,7 @@ pub struct Session<'m> {
     hb2: Vec<f32>,
     logits: Vec<f32>,
     rope: Vec<(f32, f32)>,
+    acts: Q8Acts,
     layer_scratch: LayerScratch,
     decisions: Vec<Decision>,
 }
@@ -82,20 +84,8 @@ pub fn segments<'a>(v: &HeadView<'a>) -> KvSegments<'a> {
     }
 }
 
-fn apply(l: &Linear, x: &[f32], y: &mut [f32]) {
-    matvec(&l.w, l.rows, l.cols, x, y);
-    if let Some(b) = &l.bias {
-        y.iter_mut().zip(b).for_each(|(a, b)| *a += b);
-    }
-}
-
-fn apply_rows(l: &Linear, x: &[f32], n: usize, y: &mut [f32]) {
-    matmul_t(x, n, l.cols, &l.w, l.rows, y);
-    if let Some(b) = &l.bias {
-        for row in y[..n * l.rows].chunks_exact_mut(l.rows) {
-            row.iter_mut().zip(b).for_each(|(a, b)| *a += b);
-        }
-    }
+fn apply_rows(l: &QLinear, x: &[f32], n: usize, y: &mut [f32]) {
+    l.matmul_rows(x, n, y);
 }
 
 impl<'m> Session<'m> {
@@ -131,6 +121,10 @@ impl<'m> Session<'m> {
             hb2: vec![0.0; c.n_ff],
             logits: vec![0.0; c.vocab_size],
             rope: Vec::new(),
+            acts: Q8Acts {
+                precision: model.activations,
+                ..Default::default()
+            },
             layer_scratch: LayerScratch::new(),
             decisions: vec![Decision::LONG; c.n_heads],
         })
@@ -246,8 +240,10 @@ impl<'m> Session<'m> {
         let last = self.prefill_hidden(tokens, progress)?;
         let mut h = vec![0.0; c.n_embd];
         rms_norm(&last, &self.model.output_norm, c.rms_eps, &mut h);
-        let (w, rows, cols) = self.model.output_matrix();
-        matvec(w, rows, cols, &h, &mut self.logits);
+        self.acts.quantize(&h);
+        self.model
+            .output_head()
+            .matvec(&self.acts, &mut self.logits);
         self.cache.finish_prefill()?;
         self.prefilled = true;
         Ok(&self.logits)
@@ -434,9 +430,10 @@ impl<'m> Session<'m> {
         let style = c.architecture.rope_style();
         for (l, blk) in model.blocks.iter().enumerate() {
             rms_norm(&self.x, &blk.attn_norm, c.rms_eps, &mut self.xb);
-            apply(&blk.q, &self.xb, &mut self.q);
-            apply(&blk.k, &self.xb, &mut self.k);
-            apply(&blk.v, &self.xb, &mut self.v);
+            self.acts.quantize(&self.xb);
+            blk.q.matvec(&self.acts, &mut self.q);
+            blk.k.matvec(&self.acts, &mut self.k);
+            blk.v.matvec(&self.acts, &mut self.v);
             rope_inplace(&mut self.q, d, &self.rope, style);
             rope_inplace(&mut self.k, d, &self.rope, style);
             self.cache.append(l, &self.k, &self.v)?;
@@ -469,18 +466,21 @@ impl<'m> Session<'m> {
             if let Some(obs) = observer.as_deref_mut() {
                 obs.observe_layer(l, &self.q, &segs, scale, &self.decisions)?;
             }
-            apply(&blk.o, &self.att, &mut self.xb);
+            self.acts.quantize(&self.att);
+            blk.o.matvec(&self.acts, &mut self.xb);
             self.x.iter_mut().zip(&self.xb).for_each(|(a, b)| *a += b);
             rms_norm(&self.x, &blk.ffn_norm, c.rms_eps, &mut self.xb);
-            apply(&blk.gate, &self.xb, &mut self.hb);
-            apply(&blk.up, &self.xb, &mut self.hb2);
+            self.acts.quantize(&self.xb);
+            blk.gate.matvec(&self.acts, &mut self.hb);
+            blk.up.matvec(&self.acts, &mut self.hb2);
             swiglu(&mut self.hb, &self.hb2);
-            apply(&blk.down, &self.hb, &mut self.xb);
+            self.acts.quantize(&self.hb);
+            blk.down.matvec(&self.acts, &mut self.xb);
             self.x.iter_mut().zip(&self.xb).for_each(|(a, b)| *a += b);
         }
         rms_norm(&self.x, &model.output_norm, c.rms_eps, &mut self.xb);
-        let (w, rows, cols) = model.output_matrix();
-        matvec(w, rows, cols, &self.xb, &mut self.logits);
+        self.acts.quantize(&self.xb);
+        model.output_head().matvec(&self.acts, &mut self.logits);
         Ok(&self.logits)
     }
 }

@@ -8,11 +8,17 @@ use std::sync::OnceLock;
 use qada_core::Dense;
 use qada_kv::{MomentsMode, WindowConfig};
 use qada_model::ops::rms_norm;
-use qada_model::{LoadOptions, Model, Session, SessionOptions};
+use qada_model::{LoadOptions, Model, Session, SessionOptions, WeightFormat};
 
 fn model() -> &'static Model {
     static M: OnceLock<Model> = OnceLock::new();
-    M.get_or_init(|| Model::load(&common::model_path(), &LoadOptions::default()).unwrap())
+    M.get_or_init(|| {
+        let opts = LoadOptions {
+            weights: WeightFormat::F32,
+            ..Default::default()
+        };
+        Model::load(&common::model_path(), &opts).unwrap()
+    })
 }
 
 fn session(m: &Model) -> Session<'_> {

@@ -13,14 +13,15 @@ use qada_model::{
 };
 use serde_json::{json, Value};
 
-use crate::common::{fail, load_model, progress_bar, CliResult, CriterionArgs, PromptArgs};
+use crate::common::{
+    fail, load_model, progress_bar, CliResult, CriterionArgs, ModelArgs, PromptArgs,
+};
 use crate::plot;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// GGUF model file (default: the one the setup script fetched).
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    model: ModelArgs,
     #[command(flatten)]
     prompt: PromptArgs,
     #[command(flatten)]
@@ -90,7 +91,7 @@ pub fn report_json(r: &Report) -> Value {
 
 pub fn run(a: Args) -> CliResult<()> {
     let tau = Tau::new(a.criterion.tau)?;
-    let model = load_model(a.model.as_deref(), a.criterion.rope_base)?;
+    let model = load_model(&a.model)?;
     let tokens = a.prompt.tokens(&model)?;
     let c = &model.config;
     if tokens.len() < 2 {

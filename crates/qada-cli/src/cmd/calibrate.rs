@@ -16,7 +16,7 @@ use qada_kv::{MomentsMode, WindowConfig};
 use qada_model::{Model, Result as ModelResult, Session, SessionOptions, StepObserver};
 use qada_stats::MomentTable;
 
-use crate::common::{fail, load_model, progress_bar, CliResult};
+use crate::common::{fail, load_model, progress_bar, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part};
 
 #[derive(clap::Args)]
@@ -35,9 +35,8 @@ enum What {
 
 #[derive(clap::Args)]
 struct MomentsArgs {
-    /// GGUF model file (default: the one the setup script fetched).
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    model: ModelArgs,
     /// Folder of corpus speeches (default: the setup script's).
     #[arg(long)]
     corpus: Option<PathBuf>,
@@ -50,9 +49,6 @@ struct MomentsArgs {
     /// Seed of the random words.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Override the RoPE base read from the file (keys, and so moments, depend on it).
-    #[arg(long)]
-    rope_base: Option<f64>,
     /// Output file.
     #[arg(long, default_value = "moments.qmom")]
     out: PathBuf,
@@ -60,9 +56,8 @@ struct MomentsArgs {
 
 #[derive(clap::Args)]
 struct StaticArgs {
-    /// GGUF model file (default: the one the setup script fetched).
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    model: ModelArgs,
     /// Folder of corpus speeches (default: the setup script's).
     #[arg(long)]
     corpus: Option<PathBuf>,
@@ -90,9 +85,6 @@ struct StaticArgs {
     /// Seed for the choice of corpus text.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Override the RoPE base read from the file.
-    #[arg(long)]
-    rope_base: Option<f64>,
     /// Output file.
     #[arg(long, default_value = "static.qsta")]
     out: PathBuf,
@@ -163,7 +155,7 @@ pub fn moment_table(
 }
 
 fn moments(a: MomentsArgs) -> CliResult<()> {
-    let model = load_model(a.model.as_deref(), a.rope_base)?;
+    let model = load_model(&a.model)?;
     let length = a.length.unwrap_or(model.config.context_length);
     let corpus = Corpus::load(a.corpus.as_deref())?;
     let table = moment_table(&model, &corpus, length, a.stride, a.seed)?;
@@ -266,7 +258,7 @@ pub fn corpus_prompts(
 
 fn static_heads(a: StaticArgs) -> CliResult<()> {
     let tau = Tau::new(a.tau_static)?;
-    let model = load_model(a.model.as_deref(), a.rope_base)?;
+    let model = load_model(&a.model)?;
     let window = WindowConfig::new(a.sink, a.local)?;
     let ctx = model.config.context_length;
     let mut prompts: Vec<Vec<u32>> = Vec::new();

@@ -27,15 +27,14 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use super::calibrate::{corpus_prompts, moment_table, static_table};
-use crate::common::{fail, load_model, progress_bar, CliResult};
+use crate::common::{fail, load_model, progress_bar, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part};
 use crate::plot::{self, Series};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// GGUF model file (default: the one the setup script fetched).
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    model: ModelArgs,
     /// Folder of corpus speeches (default: the setup script's).
     #[arg(long)]
     corpus: Option<PathBuf>,
@@ -530,7 +529,7 @@ pub fn run(a: Args) -> CliResult<()> {
         "fidelity" => (false, true),
         t => return fail(format!("--task {t:?}: use passkey, fidelity or all")),
     };
-    let model = load_model(a.model.as_deref(), None)?;
+    let model = load_model(&a.model)?;
     let corpus = Corpus::load(a.corpus.as_deref())?;
     let window = WindowConfig::new(a.sink, a.local)?;
     let ctx = model.config.context_length;

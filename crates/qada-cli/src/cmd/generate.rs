@@ -2,18 +2,18 @@
 //! the criterion saved.
 
 use std::io::Write;
-use std::path::PathBuf;
 
 use qada_model::{generate, GenerateConfig, SamplingParams, Session, SessionOptions, StopReason};
 use serde_json::json;
 
-use crate::common::{fail, load_model, progress_bar, CliResult, CriterionArgs, PromptArgs};
+use crate::common::{
+    fail, load_model, progress_bar, CliResult, CriterionArgs, ModelArgs, PromptArgs,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// GGUF model file (default: the one the setup script fetched).
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    model: ModelArgs,
     #[command(flatten)]
     prompt: PromptArgs,
     #[command(flatten)]
@@ -48,7 +48,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> CliResult<()> {
-    let model = load_model(a.model.as_deref(), a.criterion.rope_base)?;
+    let model = load_model(&a.model)?;
     let mut prompt = a.prompt.tokens(&model)?;
     let ctx = model.config.context_length;
     if prompt.is_empty() {
