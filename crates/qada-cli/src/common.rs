@@ -8,7 +8,7 @@ use std::sync::Arc;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qada_core::{Approx, Dense, LocalityCriterion, Oracle, Static, StaticTable, Window};
-use qada_kv::{MomentsMode, WindowConfig};
+use qada_kv::{KvDtype, MomentsMode, WindowConfig};
 use qada_model::qlinear::ActPrecision;
 use qada_model::{LoadOptions, Model, WeightFormat};
 use qada_stats::{MomentTable, DEFAULT_TABLE_OFFSET};
@@ -194,6 +194,9 @@ pub struct CriterionArgs {
     /// Static criterion: fraction of heads labeled local.
     #[arg(long, default_value_t = 0.5)]
     pub alpha: f64,
+    /// Element type of the KV cache: f32 (exact) or f16 (half the memory traffic).
+    #[arg(long, default_value = "f32")]
+    pub kv: String,
 }
 
 impl CriterionArgs {
@@ -227,6 +230,15 @@ impl CriterionArgs {
                 ))
             }
         })
+    }
+
+    /// Element type of the KV cache.
+    pub fn kv_dtype(&self) -> CliResult<KvDtype> {
+        match self.kv.as_str() {
+            "f32" => Ok(KvDtype::F32),
+            "f16" => Ok(KvDtype::F16),
+            k => fail(format!("--kv {k:?}: use f32 or f16")),
+        }
     }
 
     /// Sink and window sizes.

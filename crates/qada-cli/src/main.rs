@@ -30,6 +30,8 @@ enum Command {
     Calibrate(cmd::calibrate::Args),
     /// Sweep criteria and thresholds: quality against sparsity (passkey, fidelity).
     Eval(cmd::eval::Args),
+    /// Decode throughput at given depths, dense against adaptive.
+    Bench(cmd::bench::Args),
 }
 
 fn main() {
@@ -41,6 +43,7 @@ fn main() {
         Command::Analyze(a) => cmd::analyze::run(a),
         Command::Calibrate(a) => cmd::calibrate::run(a),
         Command::Eval(a) => cmd::eval::run(a),
+        Command::Bench(a) => cmd::bench::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

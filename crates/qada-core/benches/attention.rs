@@ -27,12 +27,12 @@ fn per_head(c: &mut Criterion) {
         let moments = KeyMoments::from_rows(D, &keys[SINK * D..w * D]).unwrap();
         let kv = KvSegments {
             dim: D,
-            sink_keys: &keys[..SINK * D],
-            sink_values: &values[..SINK * D],
-            bulk_keys: &keys[SINK * D..w * D],
-            bulk_values: &values[SINK * D..w * D],
-            window_keys: &keys[w * D..],
-            window_values: &values[w * D..],
+            sink_keys: (&keys[..SINK * D]).into(),
+            sink_values: (&values[..SINK * D]).into(),
+            bulk_keys: (&keys[SINK * D..w * D]).into(),
+            bulk_values: (&values[SINK * D..w * D]).into(),
+            window_keys: (&keys[w * D..]).into(),
+            window_values: (&values[w * D..]).into(),
             bulk_moments: &moments,
         };
         let mut scratch = Vec::new();

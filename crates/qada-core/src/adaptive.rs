@@ -1,18 +1,57 @@
 //! One adaptive decoding step for a whole layer.
 //!
-//! For every query head: compute the local scores `s_I` once; decide with the criterion; a
-//! local head gets `softmax(s_I) V_I`, a long-context head gets the bulk scores too and
-//! `softmax(s) V` over every position, reusing `s_I`. Under GQA, query head `h` reads KV head
-//! `h / (n_heads / n_kv_heads)`.
+//! Per KV head (GQA group): the local scores `s_I` of every query head of the group are
+//! computed in one pass over the sink and window keys; the criterion labels each head; the
+//! bulk keys and values are read only if some head of the group is long-context, and then once
+//! for all the group's long heads. The bulk is cut into chunks processed in parallel, each
+//! producing a partial softmax state `(m, l, acc)` per head (`m` the largest score,
+//! `l = sum exp(s - m)`, `acc = sum exp(s - m) v`), merged with the local state:
+//! `o = (sum_c exp(m_c - M) acc_c) / (sum_c exp(m_c - M) l_c)`, `M = max_c m_c`.
+//! Query head `h` reads KV head `h / (n_heads / n_kv_heads)`.
 
-use crate::attention::{scores, softmax_attend, KvSegments};
+use rayon::prelude::*;
+
+use qada_stats::Rows;
+
+use crate::attention::{scores, Elem, KvSegments};
 use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result};
 
-/// Buffers reused across steps so that the decode loop does not allocate.
+/// Bulk rows per parallel task.
+const CHUNK: usize = 512;
+
+/// Partial softmax state of one head over some rows.
+#[derive(Clone, Debug)]
+struct Partial {
+    m: f32,
+    l: f32,
+    acc: Vec<f32>,
+}
+
+impl Partial {
+    fn reset(&mut self, d: usize) {
+        self.m = f32::NEG_INFINITY;
+        self.l = 0.0;
+        self.acc.clear();
+        self.acc.resize(d, 0.0);
+    }
+}
+
+/// A task: one chunk of one KV head's bulk for that group's long heads.
+#[derive(Clone, Debug, Default)]
+struct Task {
+    group: usize,
+    rows: (usize, usize),
+    /// Query heads (global indices) of the group that are long-context.
+    heads: Vec<usize>,
+    partials: Vec<Partial>,
+    scores: Vec<f32>,
+}
+
+/// Buffers reused across steps so that the decode loop does not allocate once warm.
 #[derive(Clone, Debug, Default)]
 pub struct LayerScratch {
     local_scores: Vec<f32>,
-    bulk_scores: Vec<f32>,
+    tasks: Vec<Task>,
 }
 
 impl LayerScratch {
@@ -22,12 +61,105 @@ impl LayerScratch {
     }
 }
 
-/// Attention of one layer at one decoding step.
+/// Add rows with precomputed scores `s` and their `values` to a state.
+fn accumulate(p: &mut Partial, s: &[f32], values: Rows<'_>, d: usize) {
+    match values {
+        Rows::F32(v) => accumulate_typed(p, s, v, d),
+        Rows::F16(v) => accumulate_typed(p, s, v, d),
+    }
+}
+
+fn accumulate_typed<T: Elem>(p: &mut Partial, s: &[f32], values: &[T], d: usize) {
+    let m_new = s.iter().fold(p.m, |a, &b| a.max(b));
+    if m_new == f32::NEG_INFINITY {
+        return;
+    }
+    if p.m != m_new {
+        let c = (p.m - m_new).exp();
+        p.l *= c;
+        p.acc.iter_mut().for_each(|a| *a *= c);
+        p.m = m_new;
+    }
+    for (&si, v) in s.iter().zip(values.chunks_exact(d)) {
+        let w = (si - m_new).exp();
+        p.l += w;
+        T::axpy(&mut p.acc, w, v);
+    }
+}
+
+/// Merge `b` into `a`.
+fn merge(a: &mut Partial, b: &Partial) {
+    if b.m == f32::NEG_INFINITY {
+        return;
+    }
+    let m = a.m.max(b.m);
+    let (ca, cb) = ((a.m - m).exp(), (b.m - m).exp());
+    a.l = a.l * ca + b.l * cb;
+    for (x, &y) in a.acc.iter_mut().zip(&b.acc) {
+        *x = *x * ca + y * cb;
+    }
+    a.m = m;
+}
+
+fn run_task(t: &mut Task, queries: &[f32], kv: &[KvSegments<'_>], scale: f32, d: usize) {
+    let k = &kv[t.group];
+    let (r0, r1) = t.rows;
+    match (k.bulk_keys.slice(r0, r1, d), k.bulk_values.slice(r0, r1, d)) {
+        (Rows::F32(keys), Rows::F32(values)) => run_task_typed(t, queries, keys, values, scale, d),
+        (Rows::F16(keys), Rows::F16(values)) => run_task_typed(t, queries, keys, values, scale, d),
+        _ => unreachable!("validate() checks keys and values share an element type"),
+    }
+}
+
+fn run_task_typed<T: Elem>(
+    t: &mut Task,
+    queries: &[f32],
+    keys: &[T],
+    values: &[T],
+    scale: f32,
+    d: usize,
+) {
+    let n = keys.len() / d;
+    let nh = t.heads.len();
+    t.scores.resize(nh * n, 0.0);
+    // scores of every long head, one pass over the keys
+    for (i, key) in keys.chunks_exact(d).enumerate() {
+        for (j, &h) in t.heads.iter().enumerate() {
+            t.scores[j * n + i] = scale * T::dot(&queries[h * d..(h + 1) * d], key);
+        }
+    }
+    t.partials.resize(
+        nh,
+        Partial {
+            m: 0.0,
+            l: 0.0,
+            acc: Vec::new(),
+        },
+    );
+    for p in t.partials.iter_mut() {
+        p.reset(d);
+    }
+    // weighted values: per head, its max first, then one pass over the values for all heads
+    for (j, p) in t.partials.iter_mut().enumerate() {
+        p.m = t.scores[j * n..(j + 1) * n]
+            .iter()
+            .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    }
+    for (i, v) in values.chunks_exact(d).enumerate() {
+        for (j, p) in t.partials.iter_mut().enumerate() {
+            let w = (t.scores[j * n + i] - p.m).exp();
+            p.l += w;
+            T::axpy(&mut p.acc, w, v);
+        }
+    }
+}
+
+/// Attention of one layer at one step.
 ///
 /// - `queries`: `n_heads x d` rotated queries.
 /// - `kv`: one [`KvSegments`] per KV head.
 /// - `out`: `n_heads x d` attention outputs.
-/// - `decisions`: one per query head.
+/// - `decisions`: one per query head, written here.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_layer<C: LocalityCriterion + ?Sized>(
     criterion: &C,
@@ -42,9 +174,9 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized>(
     let n_kv = kv.len();
     let d = kv.first().map_or(0, |k| k.dim);
     let n_heads = decisions.len();
-    if n_kv == 0 || d == 0 || n_heads % n_kv != 0 {
+    if n_kv == 0 || d == 0 || n_heads % n_kv != 0 || n_heads / n_kv > 64 {
         return Err(CoreError::DimensionMismatch {
-            what: "query heads per KV head",
+            what: "query heads per KV head (at most 64)",
             expected: n_kv,
             found: n_heads,
         });
@@ -58,75 +190,118 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized>(
             });
         }
     }
+    let local_len = kv[0].local_len();
     for k in kv {
         k.validate()?;
-        if k.dim != d {
+        if k.dim != d || k.local_len() != local_len {
             return Err(CoreError::DimensionMismatch {
-                what: "KV head dimension",
+                what: "KV heads of one layer (dimension and length)",
                 expected: d,
                 found: k.dim,
             });
         }
     }
     let group = n_heads / n_kv;
-    let local_len = kv[0].local_len();
 
-    // 1. local scores of every head, once.
+    // 1. local scores of every head, one pass over each group's sink and window keys.
     scratch.local_scores.resize(n_heads * local_len, 0.0);
-    for (h, s) in scratch
-        .local_scores
-        .chunks_exact_mut(local_len.max(1))
-        .enumerate()
-        .take(n_heads)
-    {
-        let k = &kv[h / group];
-        let q = &queries[h * d..(h + 1) * d];
-        let ns = k.sink_keys.len() / d;
-        scores(q, k.sink_keys, scale, &mut s[..ns]);
-        scores(q, k.window_keys, scale, &mut s[ns..]);
+    for (g, k) in kv.iter().enumerate() {
+        let ns = k.sink_keys.n_rows(d);
+        for h in g * group..(g + 1) * group {
+            let q = &queries[h * d..(h + 1) * d];
+            let s = &mut scratch.local_scores[h * local_len..(h + 1) * local_len];
+            scores(q, k.sink_keys, scale, &mut s[..ns]);
+            scores(q, k.window_keys, scale, &mut s[ns..]);
+        }
     }
 
-    // 2. decide.
-    let local_scores = &scratch.local_scores;
-    let inputs: Vec<HeadInput<'_>> = (0..n_heads)
-        .map(|h| {
-            let k = &kv[h / group];
-            HeadInput {
-                layer,
-                head: h,
-                query: &queries[h * d..(h + 1) * d],
-                scale,
-                local_scores: &local_scores[h * local_len..(h + 1) * local_len],
-                bulk_len: k.bulk_len(),
-                bulk_moments: k.bulk_moments,
-                bulk_keys: k.bulk_keys,
-            }
-        })
-        .collect();
-    criterion.decide_layer(&inputs, decisions)?;
-    drop(inputs);
-
-    // 3. attend.
+    // 2. decide, head by head.
     for h in 0..n_heads {
         let k = &kv[h / group];
-        let q = &queries[h * d..(h + 1) * d];
+        let input = HeadInput {
+            layer,
+            head: h,
+            query: &queries[h * d..(h + 1) * d],
+            scale,
+            local_scores: &scratch.local_scores[h * local_len..(h + 1) * local_len],
+            bulk_len: k.bulk_len(),
+            bulk_moments: k.bulk_moments,
+            bulk_keys: k.bulk_keys,
+        };
+        decisions[h] = criterion.decide(&input)?;
+        if k.bulk_len() == 0 {
+            decisions[h].local = true;
+        }
+    }
+
+    // 3. bulk chunks of groups with a long head, in parallel.
+    let mut n_tasks = 0;
+    for (g, k) in kv.iter().enumerate() {
+        let long: usize = (g * group..(g + 1) * group)
+            .filter(|&h| !decisions[h].local)
+            .count();
+        if long == 0 {
+            continue;
+        }
+        let bulk = k.bulk_len();
+        let mut r = 0;
+        while r < bulk {
+            if scratch.tasks.len() <= n_tasks {
+                scratch.tasks.push(Task::default());
+            }
+            let t = &mut scratch.tasks[n_tasks];
+            t.group = g;
+            t.rows = (r, (r + CHUNK).min(bulk));
+            t.heads.clear();
+            t.heads
+                .extend((g * group..(g + 1) * group).filter(|&h| !decisions[h].local));
+            n_tasks += 1;
+            r += CHUNK;
+        }
+    }
+    let tasks = &mut scratch.tasks[..n_tasks];
+    if n_tasks > 1 {
+        tasks
+            .par_iter_mut()
+            .for_each(|t| run_task(t, queries, kv, scale, d));
+    } else {
+        tasks
+            .iter_mut()
+            .for_each(|t| run_task(t, queries, kv, scale, d));
+    }
+
+    // 4. local state per head, merged with its bulk partials.
+    let mut state = Partial {
+        m: f32::NEG_INFINITY,
+        l: 0.0,
+        acc: Vec::with_capacity(d),
+    };
+    for h in 0..n_heads {
+        let k = &kv[h / group];
+        let ns = k.sink_keys.n_rows(d);
+        state.reset(d);
         let s = &scratch.local_scores[h * local_len..(h + 1) * local_len];
-        let ns = k.sink_keys.len() / d;
         let (s_sink, s_win) = s.split_at(ns);
+        accumulate(&mut state, s_sink, k.sink_values, d);
+        accumulate(&mut state, s_win, k.window_values, d);
+        if !decisions[h].local {
+            for t in scratch.tasks[..n_tasks]
+                .iter()
+                .filter(|t| t.group == h / group)
+            {
+                if let Some(j) = t.heads.iter().position(|&x| x == h) {
+                    merge(&mut state, &t.partials[j]);
+                }
+            }
+        }
         let o = &mut out[h * d..(h + 1) * d];
-        if decisions[h].local || k.bulk_len() == 0 {
-            softmax_attend(&[(s_sink, k.sink_values), (s_win, k.window_values)], o);
+        if state.l > 0.0 {
+            let inv = 1.0 / state.l;
+            for (x, &a) in o.iter_mut().zip(&state.acc) {
+                *x = a * inv;
+            }
         } else {
-            scratch.bulk_scores.resize(k.bulk_len(), 0.0);
-            scores(q, k.bulk_keys, scale, &mut scratch.bulk_scores);
-            softmax_attend(
-                &[
-                    (s_sink, k.sink_values),
-                    (&scratch.bulk_scores, k.bulk_values),
-                    (s_win, k.window_values),
-                ],
-                o,
-            );
+            o.iter_mut().for_each(|x| *x = 0.0);
         }
     }
     Ok(())

@@ -75,7 +75,7 @@ pub fn probe_layer(
             continue;
         }
         let q = &queries[h * d..(h + 1) * d];
-        let ns = k.sink_keys.len() / d;
+        let ns = k.sink_keys.n_rows(d);
         local.resize(k.local_len(), 0.0);
         scores(q, k.sink_keys, scale, &mut local[..ns]);
         scores(q, k.window_keys, scale, &mut local[ns..]);

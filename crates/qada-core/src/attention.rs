@@ -5,27 +5,28 @@
 //! magnitude give finite results. Scores may come in several segments (sink, bulk, window):
 //! the softmax runs over their union without concatenating anything.
 
-use qada_stats::KeyMoments;
+use qada_stats::{f16, KeyMoments, Rows};
 
 use crate::{CoreError, Result};
 
-/// One KV head's keys and values split into the three index sets of QAdA, all borrowed.
+/// One KV head's keys and values split into the three index sets of QAdA, all borrowed (f32
+/// or f16 rows, as the cache stores them).
 #[derive(Clone, Copy, Debug)]
 pub struct KvSegments<'a> {
     /// Row length `d`.
     pub dim: usize,
     /// First `T_sink` keys.
-    pub sink_keys: &'a [f32],
+    pub sink_keys: Rows<'a>,
     /// Values of the sink.
-    pub sink_values: &'a [f32],
+    pub sink_values: Rows<'a>,
     /// Keys between sink and window.
-    pub bulk_keys: &'a [f32],
+    pub bulk_keys: Rows<'a>,
     /// Values of the bulk.
-    pub bulk_values: &'a [f32],
+    pub bulk_values: Rows<'a>,
     /// The most recent `T_local - T_sink` keys.
-    pub window_keys: &'a [f32],
+    pub window_keys: Rows<'a>,
     /// Values of the window.
-    pub window_values: &'a [f32],
+    pub window_values: Rows<'a>,
     /// Moments of the bulk keys (as the cache keeps them).
     pub bulk_moments: &'a KeyMoments,
 }
@@ -57,7 +58,8 @@ impl KvSegments<'_> {
             ("window", self.window_keys, self.window_values),
         ];
         for (what, k, v) in pairs {
-            if d == 0 || k.len() % d != 0 || k.len() != v.len() {
+            if d == 0 || k.len() % d != 0 || k.len() != v.len() || k.elem_bytes() != v.elem_bytes()
+            {
                 return Err(CoreError::DimensionMismatch {
                     what: match what {
                         "sink" => "sink keys / values",
@@ -100,21 +102,149 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
 }
 
-/// `out[i] = scale * q . k_i` for the rows `k_i` of `keys`.
-pub fn scores(q: &[f32], keys: &[f32], scale: f32, out: &mut [f32]) {
+/// Element types of cached rows: the dot product with an f32 query and the update
+/// `acc += w * row`.
+pub trait Elem: Copy + Send + Sync {
+    /// `q . row`.
+    fn dot(q: &[f32], row: &[Self]) -> f32;
+    /// `acc += w * row`.
+    fn axpy(acc: &mut [f32], w: f32, row: &[Self]);
+}
+
+impl Elem for f32 {
+    #[inline]
+    fn dot(q: &[f32], row: &[f32]) -> f32 {
+        dot(q, row)
+    }
+    #[inline]
+    fn axpy(acc: &mut [f32], w: f32, row: &[f32]) {
+        for (a, &x) in acc.iter_mut().zip(row) {
+            *a += w * x;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_f16c() -> bool {
+    static F: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *F.get_or_init(|| {
+        is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+mod f16_avx2 {
+    use std::arch::x86_64::*;
+
+    use qada_stats::f16;
+
+    /// # Safety
+    /// AVX2, FMA and F16C; `q.len() == row.len()`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot(q: &[f32], row: &[f16]) -> f32 {
+        let n = q.len().min(row.len());
+        let mut acc = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 8 <= n {
+            let k = _mm256_cvtph_ps(_mm_loadu_si128(row.as_ptr().add(i) as *const __m128i));
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(i)), k, acc);
+            i += 8;
+        }
+        let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        let mut total = _mm_cvtss_f32(s);
+        while i < n {
+            total += q[i] * row[i].to_f32();
+            i += 1;
+        }
+        total
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C; `acc.len() == row.len()`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn axpy(acc: &mut [f32], w: f32, row: &[f16]) {
+        let n = acc.len().min(row.len());
+        let wv = _mm256_set1_ps(w);
+        let mut i = 0;
+        while i + 8 <= n {
+            let v = _mm256_cvtph_ps(_mm_loadu_si128(row.as_ptr().add(i) as *const __m128i));
+            let a = _mm256_loadu_ps(acc.as_ptr().add(i));
+            _mm256_storeu_ps(acc.as_mut_ptr().add(i), _mm256_fmadd_ps(wv, v, a));
+            i += 8;
+        }
+        while i < n {
+            acc[i] += w * row[i].to_f32();
+            i += 1;
+        }
+    }
+}
+
+impl Elem for f16 {
+    #[inline]
+    fn dot(q: &[f32], row: &[f16]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if has_f16c() {
+            // SAFETY: the CPU features were detected above.
+            return unsafe { f16_avx2::dot(q, row) };
+        }
+        q.iter().zip(row).map(|(&a, b)| a * b.to_f32()).sum()
+    }
+    #[inline]
+    fn axpy(acc: &mut [f32], w: f32, row: &[f16]) {
+        #[cfg(target_arch = "x86_64")]
+        if has_f16c() {
+            // SAFETY: the CPU features were detected above.
+            return unsafe { f16_avx2::axpy(acc, w, row) };
+        }
+        for (a, x) in acc.iter_mut().zip(row) {
+            *a += w * x.to_f32();
+        }
+    }
+}
+
+fn scores_typed<T: Elem>(q: &[f32], keys: &[T], scale: f32, out: &mut [f32]) {
     let d = q.len();
+    for (o, k) in out.iter_mut().zip(keys.chunks_exact(d)) {
+        *o = scale * T::dot(q, k);
+    }
+}
+
+/// `out[i] = scale * q . k_i` for the rows `k_i` of `keys`.
+pub fn scores(q: &[f32], keys: Rows<'_>, scale: f32, out: &mut [f32]) {
+    if q.is_empty() {
+        return;
+    }
+    match keys {
+        Rows::F32(k) => scores_typed(q, k, scale, out),
+        Rows::F16(k) => scores_typed(q, k, scale, out),
+    }
+}
+
+/// `acc += sum_i w_i v_i` over the rows `v_i` of `values`.
+pub fn weighted_sum(acc: &mut [f32], w: &[f32], values: Rows<'_>) {
+    let d = acc.len();
     if d == 0 {
         return;
     }
-    for (o, k) in out.iter_mut().zip(keys.chunks_exact(d)) {
-        *o = scale * dot(q, k);
+    match values {
+        Rows::F32(v) => w
+            .iter()
+            .zip(v.chunks_exact(d))
+            .for_each(|(&wi, r)| f32::axpy(acc, wi, r)),
+        Rows::F16(v) => w
+            .iter()
+            .zip(v.chunks_exact(d))
+            .for_each(|(&wi, r)| f16::axpy(acc, wi, r)),
     }
 }
 
 /// `out = softmax(s) V` over the union of `(scores, values)` segments.
 /// Writes zeros when there is no score at all.
-pub fn softmax_attend(parts: &[(&[f32], &[f32])], out: &mut [f32]) {
-    let d = out.len();
+pub fn softmax_attend(parts: &[(&[f32], Rows<'_>)], out: &mut [f32]) {
     out.iter_mut().for_each(|o| *o = 0.0);
     let m = parts
         .iter()
@@ -124,14 +254,12 @@ pub fn softmax_attend(parts: &[(&[f32], &[f32])], out: &mut [f32]) {
         return;
     }
     let mut sum = 0.0f64;
+    let mut w = Vec::new();
     for (s, v) in parts {
-        for (&si, vi) in s.iter().zip(v.chunks_exact(d)) {
-            let w = (si - m).exp();
-            sum += w as f64;
-            for (o, &x) in out.iter_mut().zip(vi) {
-                *o += w * x;
-            }
-        }
+        w.clear();
+        w.extend(s.iter().map(|&si| (si - m).exp()));
+        sum += w.iter().map(|&x| x as f64).sum::<f64>();
+        weighted_sum(out, &w, *v);
     }
     let inv = (1.0 / sum) as f32;
     out.iter_mut().for_each(|o| *o *= inv);
@@ -146,9 +274,9 @@ pub fn dense_attention(
     out: &mut [f32],
 ) {
     let (ns, nb, nw) = (
-        kv.sink_keys.len() / kv.dim,
+        kv.sink_keys.n_rows(kv.dim),
         kv.bulk_len(),
-        kv.window_keys.len() / kv.dim,
+        kv.window_keys.n_rows(kv.dim),
     );
     scratch.resize(ns + nb + nw, 0.0);
     let (s_sink, rest) = scratch.split_at_mut(ns);
@@ -174,7 +302,7 @@ pub fn local_attention(
     scratch: &mut Vec<f32>,
     out: &mut [f32],
 ) {
-    let (ns, nw) = (kv.sink_keys.len() / kv.dim, kv.window_keys.len() / kv.dim);
+    let (ns, nw) = (kv.sink_keys.n_rows(kv.dim), kv.window_keys.n_rows(kv.dim));
     scratch.resize(ns + nw, 0.0);
     let (s_sink, s_win) = scratch.split_at_mut(ns);
     scores(q, kv.sink_keys, scale, s_sink);

@@ -1,6 +1,6 @@
 //! The locality criterion: is this head local for this query?
 
-use qada_stats::KeyMoments;
+use qada_stats::{KeyMoments, Rows};
 
 use crate::{CoreError, Result};
 
@@ -51,7 +51,7 @@ pub struct HeadInput<'a> {
     /// Moments of the bulk keys of this head's KV head (option 1 or 2).
     pub bulk_moments: &'a KeyMoments,
     /// The bulk keys themselves, `T_bulk x d`, for the criteria that need every score.
-    pub bulk_keys: &'a [f32],
+    pub bulk_keys: Rows<'a>,
 }
 
 /// One decision.

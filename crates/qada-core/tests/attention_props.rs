@@ -228,3 +228,108 @@ fn accounting_counts_sparsity_flops_and_bytes() {
     assert_eq!(acc.total().decisions, 4);
     assert_eq!(acc.sparsity(), 0.75);
 }
+
+/// A bulk of several chunks, so that partial states from parallel tasks are merged.
+#[test]
+fn adaptive_output_equals_dense_across_many_bulk_chunks() {
+    let (d, group, t) = (16, 3, 2300);
+    let heads: Vec<Head> = (0..2)
+        .map(|g| {
+            let k: Vec<f32> = (0..t * d)
+                .map(|i| ((i * 7 + g * 13) as f32 * 0.0137).sin() * 2.0)
+                .collect();
+            let v: Vec<f32> = (0..t * d)
+                .map(|i| ((i * 3 + g) as f32 * 0.021).cos())
+                .collect();
+            Head::new(d, 4, 64, k, v)
+        })
+        .collect();
+    let q: Vec<f32> = (0..2 * group * d)
+        .map(|i| (i as f32 * 0.31).sin())
+        .collect();
+    let kv: Vec<_> = heads.iter().map(|h| h.segments()).collect();
+    let mut out = vec![0.0; 2 * group * d];
+    let mut decisions = vec![Decision::LONG; 2 * group];
+    attend_layer(
+        &Dense,
+        0,
+        &q,
+        &kv,
+        0.25,
+        &mut LayerScratch::new(),
+        &mut out,
+        &mut decisions,
+    )
+    .unwrap();
+    for h in 0..2 * group {
+        let expect = brute_force(&heads[h / group], &q[h * d..(h + 1) * d], 0.25, false);
+        for (a, b) in out[h * d..(h + 1) * d].iter().zip(&expect) {
+            assert!((a - b).abs() < 1e-4, "head {h}: {a} vs {b}");
+        }
+    }
+}
+
+/// An f16 cache: the kernels read half-precision rows; outputs equal f64 attention over the
+/// same rounded keys and values.
+#[test]
+fn f16_rows_give_the_attention_of_the_rounded_keys_and_values() {
+    use qada_stats::{f16, Rows};
+    let (d, group, t) = (16, 3, 1500);
+    let keys: Vec<f32> = (0..t * d)
+        .map(|i| (i as f32 * 0.0137).sin() * 2.0)
+        .collect();
+    let values: Vec<f32> = (0..t * d).map(|i| (i as f32 * 0.021).cos()).collect();
+    let round = |v: &[f32]| -> Vec<f32> { v.iter().map(|&x| f16::from_f32(x).to_f32()).collect() };
+    let reference = Head::new(d, 4, 64, round(&keys), round(&values));
+    let k16: Vec<f16> = keys.iter().map(|&x| f16::from_f32(x)).collect();
+    let v16: Vec<f16> = values.iter().map(|&x| f16::from_f32(x)).collect();
+    let f32_view = reference.segments();
+    let (b0, b1) = (4, t - 60);
+    let seg = qada_core::KvSegments {
+        dim: d,
+        sink_keys: Rows::F16(&k16[..b0 * d]),
+        sink_values: Rows::F16(&v16[..b0 * d]),
+        bulk_keys: Rows::F16(&k16[b0 * d..b1 * d]),
+        bulk_values: Rows::F16(&v16[b0 * d..b1 * d]),
+        window_keys: Rows::F16(&k16[b1 * d..]),
+        window_values: Rows::F16(&v16[b1 * d..]),
+        bulk_moments: f32_view.bulk_moments,
+    };
+    let q: Vec<f32> = (0..group * d).map(|i| (i as f32 * 0.37).sin()).collect();
+    let mut out = vec![0.0; group * d];
+    let mut decisions = vec![Decision::LONG; group];
+    attend_layer(
+        &Dense,
+        0,
+        &q,
+        &[seg],
+        0.25,
+        &mut LayerScratch::new(),
+        &mut out,
+        &mut decisions,
+    )
+    .unwrap();
+    for h in 0..group {
+        let expect = brute_force(&reference, &q[h * d..(h + 1) * d], 0.25, false);
+        for (a, b) in out[h * d..(h + 1) * d].iter().zip(&expect) {
+            assert!((a - b).abs() < 1e-4, "head {h}: {a} vs {b}");
+        }
+    }
+    attend_layer(
+        &Window,
+        0,
+        &q,
+        &[seg],
+        0.25,
+        &mut LayerScratch::new(),
+        &mut out,
+        &mut decisions,
+    )
+    .unwrap();
+    for h in 0..group {
+        let expect = brute_force(&reference, &q[h * d..(h + 1) * d], 0.25, true);
+        for (a, b) in out[h * d..(h + 1) * d].iter().zip(&expect) {
+            assert!((a - b).abs() < 1e-4, "local head {h}: {a} vs {b}");
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! into the bulk moments: the per-token, per-KV-head cost of keeping option-1 moments current.
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use qada_kv::{CacheShape, KvCache, MomentsMode, WindowConfig};
+use qada_kv::{CacheShape, KvCache, KvDtype, MomentsMode, WindowConfig};
 
 fn append_with_moment_update(c: &mut Criterion) {
     let mut group = c.benchmark_group("append_token_per_kv_head");
@@ -12,6 +12,7 @@ fn append_with_moment_update(c: &mut Criterion) {
             n_kv_heads: 1,
             head_dim: d,
             capacity: 1 << 20,
+            dtype: KvDtype::F32,
         };
         let key: Vec<f32> = (0..d).map(|i| (i as f32 * 0.1).sin()).collect();
         group.throughput(Throughput::Elements(1));

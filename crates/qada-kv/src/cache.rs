@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use qada_stats::{KeyMoments, MomentTable};
+use qada_stats::{f16, KeyMoments, MomentTable, Rows};
 
 use crate::{KvError, Result, Split, WindowConfig};
 
@@ -17,6 +17,61 @@ pub struct CacheShape {
     pub head_dim: usize,
     /// Most tokens a layer may hold (the model's context length).
     pub capacity: usize,
+    /// Element type of stored keys and values.
+    pub dtype: KvDtype,
+}
+
+/// Element type of the cache.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvDtype {
+    /// 4 bytes per element: exact.
+    #[default]
+    F32,
+    /// 2 bytes per element: half the memory traffic, keys rounded to 11 significant bits.
+    F16,
+}
+
+/// Keys or values of one head, in the cache's element type.
+#[derive(Clone, Debug)]
+enum Store {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl Store {
+    fn new(dtype: KvDtype) -> Self {
+        match dtype {
+            KvDtype::F32 => Store::F32(Vec::new()),
+            KvDtype::F16 => Store::F16(Vec::new()),
+        }
+    }
+    fn rows(&self) -> Rows<'_> {
+        match self {
+            Store::F32(v) => Rows::F32(v),
+            Store::F16(v) => Rows::F16(v),
+        }
+    }
+    fn extend(&mut self, x: &[f32]) {
+        match self {
+            Store::F32(v) => v.extend_from_slice(x),
+            Store::F16(v) => v.extend(x.iter().map(|&a| f16::from_f32(a))),
+        }
+    }
+    fn reserve(&mut self, n: usize) {
+        match self {
+            Store::F32(v) => v.reserve(n),
+            Store::F16(v) => v.reserve(n),
+        }
+    }
+    fn truncate(&mut self, n: usize) {
+        match self {
+            Store::F32(v) => v.truncate(n),
+            Store::F16(v) => v.truncate(n),
+        }
+    }
+    fn clear(&mut self) {
+        self.truncate(0);
+    }
 }
 
 /// Where the bulk moments `(mu_K, Sigma_K)` come from.
@@ -38,8 +93,8 @@ pub enum MomentsMode {
 
 #[derive(Clone, Debug)]
 struct HeadStore {
-    keys: Vec<f32>,
-    values: Vec<f32>,
+    keys: Store,
+    values: Store,
     /// Moments of the bulk (or of calibration keys).
     bulk: KeyMoments,
     /// Bulk positions `sink .. sink + folded` are in `bulk` (option 1 only).
@@ -77,15 +132,15 @@ pub struct Segment<'a> {
     /// Position of the first row.
     pub start: usize,
     /// `len x d` keys.
-    pub keys: &'a [f32],
+    pub keys: Rows<'a>,
     /// `len x d` values.
-    pub values: &'a [f32],
+    pub values: Rows<'a>,
 }
 
 impl<'a> Segment<'a> {
     /// Number of positions, given the row length.
     pub fn len(&self, dim: usize) -> usize {
-        self.keys.len().checked_div(dim).unwrap_or(0)
+        self.keys.n_rows(dim)
     }
     /// True when the segment holds no position.
     pub fn is_empty(&self) -> bool {
@@ -96,8 +151,8 @@ impl<'a> Segment<'a> {
 /// Borrowed view of one layer and KV head.
 #[derive(Clone, Copy, Debug)]
 pub struct HeadView<'a> {
-    keys: &'a [f32],
-    values: &'a [f32],
+    keys: Rows<'a>,
+    values: Rows<'a>,
     dim: usize,
     window: WindowConfig,
     bulk: &'a KeyMoments,
@@ -110,18 +165,18 @@ impl<'a> HeadView<'a> {
     }
     /// Number of cached tokens `T`.
     pub fn len(&self) -> usize {
-        self.keys.len() / self.dim
+        self.keys.n_rows(self.dim)
     }
     /// True when no token is cached.
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
     }
     /// All keys, `T x d`.
-    pub fn keys(&self) -> &'a [f32] {
+    pub fn keys(&self) -> Rows<'a> {
         self.keys
     }
     /// All values, `T x d`.
-    pub fn values(&self) -> &'a [f32] {
+    pub fn values(&self) -> Rows<'a> {
         self.values
     }
     /// The sink, bulk and window ranges for the current length.
@@ -136,8 +191,8 @@ impl<'a> HeadView<'a> {
         let d = self.dim;
         Segment {
             start: r.start,
-            keys: &self.keys[r.start * d..r.end * d],
-            values: &self.values[r.start * d..r.end * d],
+            keys: self.keys.slice(r.start, r.end, d),
+            values: self.values.slice(r.start, r.end, d),
         }
     }
     /// The first `T_sink` tokens.
@@ -170,8 +225,8 @@ impl KvCache {
             });
         }
         let head = HeadStore {
-            keys: Vec::new(),
-            values: Vec::new(),
+            keys: Store::new(shape.dtype),
+            values: Store::new(shape.dtype),
             bulk: KeyMoments::new(shape.head_dim),
             folded: 0,
         };
@@ -237,6 +292,7 @@ impl KvCache {
             n_kv_heads,
             head_dim: d,
             capacity,
+            ..
         } = self.shape;
         if layer >= n_layers {
             return Err(KvError::OutOfRange {
@@ -277,8 +333,8 @@ impl KvCache {
             store.values.reserve(n * d);
             for t in 0..n {
                 let at = t * row + h * d;
-                store.keys.extend_from_slice(&keys[at..at + d]);
-                store.values.extend_from_slice(&values[at..at + d]);
+                store.keys.extend(&keys[at..at + d]);
+                store.values.extend(&values[at..at + d]);
             }
         }
         self.lens[layer] = len + n;
@@ -300,7 +356,9 @@ impl KvCache {
         for store in &mut self.heads[layer * nh..(layer + 1) * nh] {
             let from = bulk.start + store.folded;
             if bulk.end > from {
-                store.bulk.push_rows(&store.keys[from * d..bulk.end * d])?;
+                store
+                    .bulk
+                    .push_rows_of(store.keys.rows().slice(from, bulk.end, d))?;
                 store.folded = bulk.end - bulk.start;
             }
         }
@@ -466,8 +524,8 @@ impl KvCache {
         }
         let s = &self.heads[layer * self.shape.n_kv_heads + kv_head];
         Ok(HeadView {
-            keys: &s.keys,
-            values: &s.values,
+            keys: s.keys.rows(),
+            values: s.values.rows(),
             dim: self.shape.head_dim,
             window: self.window,
             bulk: &s.bulk,

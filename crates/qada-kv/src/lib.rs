@@ -16,6 +16,6 @@ mod cache;
 mod error;
 mod window;
 
-pub use cache::{CacheCheckpoint, CacheShape, HeadView, KvCache, MomentsMode, Segment};
+pub use cache::{CacheCheckpoint, CacheShape, HeadView, KvCache, KvDtype, MomentsMode, Segment};
 pub use error::{KvError, Result};
 pub use window::{Split, WindowConfig};

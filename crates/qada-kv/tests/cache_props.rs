@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use qada_kv::{CacheShape, KvCache, KvError, MomentsMode, WindowConfig};
-use qada_stats::{KeyMoments, ModelSignature, MomentTable};
+use qada_kv::{CacheShape, KvCache, KvDtype, KvError, MomentsMode, WindowConfig};
+use qada_stats::{KeyMoments, ModelSignature, MomentTable, Rows};
 
 fn shape(d: usize, heads: usize, capacity: usize) -> CacheShape {
     CacheShape {
@@ -12,6 +12,14 @@ fn shape(d: usize, heads: usize, capacity: usize) -> CacheShape {
         n_kv_heads: heads,
         head_dim: d,
         capacity,
+        dtype: KvDtype::F32,
+    }
+}
+
+fn f32s(r: Rows<'_>) -> &[f32] {
+    match r {
+        Rows::F32(x) => x,
+        Rows::F16(_) => panic!("expected f32 rows"),
     }
 }
 
@@ -28,7 +36,7 @@ fn block(n: usize, p0: usize, heads: usize, d: usize, salt: f32) -> Vec<f32> {
 /// The keys of head `h` at positions `r`, gathered from the token-major blocks' definition.
 fn head_keys(cache: &KvCache, layer: usize, h: usize, r: std::ops::Range<usize>) -> Vec<f32> {
     let v = cache.head(layer, h).unwrap();
-    v.keys()[r.start * v.dim()..r.end * v.dim()].to_vec()
+    f32s(v.keys())[r.start * v.dim()..r.end * v.dim()].to_vec()
 }
 
 fn assert_moments_eq(a: &KeyMoments, b: &KeyMoments) -> Result<(), TestCaseError> {
@@ -114,9 +122,9 @@ proptest! {
             prop_assert_eq!(view.len(), t);
             for pos in 0..t {
                 let src = &all_k[pos * heads * d + h * d..][..d];
-                prop_assert_eq!(&view.keys()[pos * d..(pos + 1) * d], src);
+                prop_assert_eq!(&f32s(view.keys())[pos * d..(pos + 1) * d], src);
                 let src = &all_v[pos * heads * d + h * d..][..d];
-                prop_assert_eq!(&view.values()[pos * d..(pos + 1) * d], src);
+                prop_assert_eq!(&f32s(view.values())[pos * d..(pos + 1) * d], src);
             }
             // the three segments are sub-slices of the same storage, in order
             let (s, b, w) = (view.sink(), view.bulk(), view.window());
@@ -124,7 +132,7 @@ proptest! {
             prop_assert_eq!(b.start, s.len(d));
             prop_assert_eq!(w.start, s.len(d) + b.len(d));
             prop_assert_eq!(s.len(d) + b.len(d) + w.len(d), t);
-            prop_assert_eq!(w.keys, &view.keys()[w.start * d..]);
+            prop_assert_eq!(f32s(w.keys), &f32s(view.keys())[w.start * d..]);
         }
     }
 }
@@ -173,7 +181,7 @@ fn calibration_moments_come_from_the_table_at_prefill() {
         rope_base: 1e4,
     };
     let runs: Vec<Vec<f32>> = (0..4).map(|i| block(64, 0, 1, d, i as f32 * 3.0)).collect();
-    let table = MomentTable::from_keys(sig, 8, |l, h| &runs[l * 2 + h]).unwrap();
+    let table = MomentTable::from_keys(sig, 8, |l, h| runs[l * 2 + h].as_slice()).unwrap();
     let expected = table.lookup(40, 10).unwrap().moments(1, 0).unwrap().clone();
     assert_eq!(expected.count(), 24);
     let mode = MomentsMode::Calibration {
@@ -275,7 +283,7 @@ proptest! {
         cache.finish_prefill().unwrap();
         let cp = cache.checkpoint();
         let before: Vec<(Vec<f32>, KeyMoments)> = (0..heads)
-            .map(|h| (cache.head(1, h).unwrap().keys().to_vec(), cache.head(1, h).unwrap().bulk_moments().clone()))
+            .map(|h| (f32s(cache.head(1, h).unwrap().keys()).to_vec(), cache.head(1, h).unwrap().bulk_moments().clone()))
             .collect();
         let run = |cache: &mut KvCache| {
             let mut t = first;
@@ -291,7 +299,7 @@ proptest! {
         cache.restore(&cp).unwrap();
         for (h, (keys, m)) in before.iter().enumerate() {
             let v = cache.head(1, h).unwrap();
-            prop_assert_eq!(v.keys(), keys.as_slice());
+            prop_assert_eq!(f32s(v.keys()), keys.as_slice());
             prop_assert_eq!(v.bulk_moments(), m);
         }
         let twice = run(&mut cache);
@@ -310,7 +318,8 @@ fn switching_moment_modes_after_prefill() {
         rope_base: 1e4,
     };
     let runs: Vec<Vec<f32>> = (0..4).map(|i| block(64, 0, 1, d, i as f32 * 3.0)).collect();
-    let table = Arc::new(MomentTable::from_keys(sig, 8, |l, h| &runs[l * 2 + h]).unwrap());
+    let table =
+        Arc::new(MomentTable::from_keys(sig, 8, |l, h| runs[l * 2 + h].as_slice()).unwrap());
     let w = WindowConfig::new(1, 4).unwrap();
     let mut cache = KvCache::new(shape(d, heads, 100), w, MomentsMode::Update).unwrap();
     for layer in 0..2 {
@@ -327,7 +336,7 @@ fn switching_moment_modes_after_prefill() {
         let v = c.head(0, 1).unwrap();
         KeyMoments::from_rows(
             d,
-            &v.keys()[v.split().bulk.start * d..v.split().bulk.end * d],
+            &f32s(v.keys())[v.split().bulk.start * d..v.split().bulk.end * d],
         )
         .unwrap()
     };
@@ -380,4 +389,38 @@ fn switching_moment_modes_after_prefill() {
     let long = cache.checkpoint();
     cache.restore(&cp).unwrap();
     assert!(cache.restore(&long).is_err());
+}
+
+#[test]
+fn an_f16_cache_stores_rounded_rows_and_their_moments() {
+    let (d, heads) = (4, 2);
+    let mut sh = shape(d, heads, 100);
+    sh.dtype = KvDtype::F16;
+    let mut cache =
+        KvCache::new(sh, WindowConfig::new(2, 8).unwrap(), MomentsMode::Update).unwrap();
+    let k = block(30, 0, heads, d, 0.0);
+    for layer in 0..2 {
+        cache.append(layer, &k, &k).unwrap();
+    }
+    let v = cache.head(0, 1).unwrap();
+    let Rows::F16(stored) = v.keys() else {
+        panic!("f16 cache gave f32 rows")
+    };
+    let rounded: Vec<f32> = (0..30)
+        .flat_map(|t| k[t * heads * d + d..t * heads * d + 2 * d].to_vec())
+        .map(|x| qada_stats::f16::from_f32(x).to_f32())
+        .collect();
+    let back: Vec<f32> = stored.iter().map(|x| x.to_f32()).collect();
+    assert_eq!(back, rounded);
+    let bulk = v.split().bulk;
+    let reference = KeyMoments::from_rows(d, &rounded[bulk.start * d..bulk.end * d]).unwrap();
+    assert_eq!(v.bulk_moments().count(), reference.count());
+    for (a, b) in v
+        .bulk_moments()
+        .covariance()
+        .iter()
+        .zip(reference.covariance())
+    {
+        assert!((a - b).abs() < 1e-9);
+    }
 }

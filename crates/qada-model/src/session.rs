@@ -1,7 +1,8 @@
 //! Running the model: dense prefill in blocks, then one adaptive decoding step per token.
 
 use qada_core::{attend_layer, Accounting, Decision, KvSegments, LayerScratch, LocalityCriterion};
-use qada_kv::{CacheCheckpoint, CacheShape, HeadView, KvCache, MomentsMode, WindowConfig};
+use qada_kv::{CacheCheckpoint, CacheShape, HeadView, KvCache, KvDtype, MomentsMode, WindowConfig};
+use qada_stats::Rows;
 use rayon::prelude::*;
 
 use crate::model::Model;
@@ -23,6 +24,8 @@ pub struct SessionOptions {
     pub moments: MomentsMode,
     /// Cache capacity; the model's context length when `None`.
     pub capacity: Option<usize>,
+    /// Element type of cached keys and values.
+    pub kv_dtype: KvDtype,
 }
 
 /// Observes every decision of every decoding step (analysis uses it).
@@ -69,6 +72,14 @@ pub struct Session<'m> {
     decisions: Vec<Decision>,
 }
 
+/// Rows as f32: borrowed when they are, converted when the cache holds f16.
+fn as_f32(r: Rows<'_>) -> std::borrow::Cow<'_, [f32]> {
+    match r {
+        Rows::F32(x) => std::borrow::Cow::Borrowed(x),
+        Rows::F16(x) => std::borrow::Cow::Owned(x.iter().map(|v| v.to_f32()).collect()),
+    }
+}
+
 /// Borrow a KV head's three segments as qada-core reads them.
 pub fn segments<'a>(v: &HeadView<'a>) -> KvSegments<'a> {
     let (s, b, w) = (v.sink(), v.bulk(), v.window());
@@ -98,6 +109,7 @@ impl<'m> Session<'m> {
             n_kv_heads: c.n_kv_heads,
             head_dim: c.head_dim,
             capacity,
+            dtype: opts.kv_dtype,
         };
         if let MomentsMode::Calibration { table, .. } = &opts.moments {
             table.signature().check_matches(&model.signature())?;
@@ -367,7 +379,8 @@ impl<'m> Session<'m> {
             .into_par_iter()
             .map(|h| {
                 let view = &views[h / group];
-                let (keys, values) = (view.keys(), view.values());
+                let (keys, values) = (as_f32(view.keys()), as_f32(view.values()));
+                let (keys, values): (&[f32], &[f32]) = (&keys, &values);
                 let mut s = vec![0.0f32; n * t];
                 // S = Q_h K^T: (n x d) (d x t)
                 gemm_strided(n, t, d, &mut s, t, &q[h * d..], qd, 1, keys, 1, d);
@@ -460,7 +473,7 @@ impl<'m> Session<'m> {
                 split.local_len(),
                 d,
                 c.n_kv_heads,
-                std::mem::size_of::<f32>(),
+                views[0].keys().elem_bytes(),
                 flops,
             );
             if let Some(obs) = observer.as_deref_mut() {

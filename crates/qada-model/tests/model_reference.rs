@@ -29,6 +29,7 @@ fn session(m: &Model) -> Session<'_> {
             window: WindowConfig::PAPER,
             moments: MomentsMode::Update,
             capacity: None,
+            kv_dtype: Default::default(),
         },
     )
     .unwrap()

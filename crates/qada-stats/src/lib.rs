@@ -13,12 +13,15 @@
 pub mod codec;
 mod error;
 mod moments;
+mod rows;
 mod score;
 mod signature;
 mod table;
 
 pub use error::{Result, StatsError};
+pub use half::f16;
 pub use moments::KeyMoments;
+pub use rows::Rows;
 pub use score::{GaussianScore, KeyDistribution};
 pub use signature::ModelSignature;
 pub use table::{Checkpoint, MomentTable, DEFAULT_TABLE_OFFSET};

@@ -179,6 +179,23 @@ impl KeyMoments {
         self.merge(&block)
     }
 
+    /// Add every row of `keys`, f32 or f16 (converted to f32 first, a block at a time).
+    pub fn push_rows_of(&mut self, keys: crate::Rows<'_>) -> Result<()> {
+        match keys {
+            crate::Rows::F32(x) => self.push_rows(x),
+            crate::Rows::F16(x) => {
+                let d = self.dim.max(1);
+                let mut buf = Vec::with_capacity(256 * d);
+                for chunk in x.chunks(256 * d) {
+                    buf.clear();
+                    buf.extend(chunk.iter().map(|v| v.to_f32()));
+                    self.push_rows(&buf)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Combine with the moments of another, disjoint set of keys (Chan et al.).
     pub fn merge(&mut self, other: &KeyMoments) -> Result<()> {
         self.check_dim(other.dim)?;

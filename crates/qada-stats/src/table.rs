@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use crate::codec::{self, Decoder, Encoder, Format};
-use crate::{KeyMoments, ModelSignature, Result, StatsError};
+use crate::{KeyMoments, ModelSignature, Result, Rows, StatsError};
 
 /// Default distance between prompt length and the checkpoint used (the paper's 1024).
 pub const DEFAULT_TABLE_OFFSET: usize = 1024;
@@ -63,11 +63,12 @@ impl MomentTable {
     }
 
     /// Build the whole table from the keys of a calibration run: `keys(layer, kv_head)` returns
-    /// that head's keys, row-major, in token order. Checkpoints at every multiple of `stride` up
-    /// to the shortest key run.
-    pub fn from_keys<'a, F>(signature: ModelSignature, stride: u64, mut keys: F) -> Result<Self>
+    /// that head's keys, row-major, in token order (f32 or f16). Checkpoints at every multiple
+    /// of `stride` up to the shortest key run.
+    pub fn from_keys<'a, F, R>(signature: ModelSignature, stride: u64, mut keys: F) -> Result<Self>
     where
-        F: FnMut(usize, usize) -> &'a [f32],
+        F: FnMut(usize, usize) -> R,
+        R: Into<Rows<'a>>,
     {
         if stride == 0 {
             return Err(StatsError::Invalid {
@@ -82,9 +83,9 @@ impl MomentTable {
             signature.head_dim as usize,
         );
         let mut table = MomentTable::new(signature, stride);
-        let runs: Vec<&[f32]> = (0..nl)
+        let runs: Vec<Rows<'a>> = (0..nl)
             .flat_map(|l| (0..nh).map(move |h| (l, h)))
-            .map(|(l, h)| keys(l, h))
+            .map(|(l, h)| keys(l, h).into())
             .collect();
         for r in &runs {
             if d == 0 || r.len() % d != 0 {
@@ -100,7 +101,7 @@ impl MomentTable {
         let mut m = stride;
         while m <= shortest {
             for (acc, r) in running.iter_mut().zip(&runs) {
-                acc.push_rows(&r[done as usize * d..m as usize * d])?;
+                acc.push_rows_of(r.slice(done as usize, m as usize, d))?;
             }
             table.push_checkpoint(m, running.clone())?;
             done = m;

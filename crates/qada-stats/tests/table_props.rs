@@ -26,13 +26,13 @@ fn runs(n: usize, salt: f32) -> Vec<Vec<f32>> {
 
 fn table(n: usize, stride: u64) -> MomentTable {
     let r = runs(n, 0.0);
-    MomentTable::from_keys(signature(), stride, |l, h| &r[l * 3 + h]).unwrap()
+    MomentTable::from_keys(signature(), stride, |l, h| r[l * 3 + h].as_slice()).unwrap()
 }
 
 #[test]
 fn checkpoints_hold_the_moments_of_the_first_m_keys() {
     let r = runs(100, 0.0);
-    let t = MomentTable::from_keys(signature(), 16, |l, h| &r[l * 3 + h]).unwrap();
+    let t = MomentTable::from_keys(signature(), 16, |l, h| r[l * 3 + h].as_slice()).unwrap();
     let tokens: Vec<u64> = t.checkpoints().iter().map(|c| c.tokens).collect();
     assert_eq!(tokens, vec![16, 32, 48, 64, 80, 96]);
     for c in t.checkpoints() {
@@ -113,7 +113,7 @@ proptest! {
     #[test]
     fn save_load_round_trips(n in 8usize..80, stride in 1u64..20, salt in -5.0f32..5.0) {
         let r = runs(n, salt);
-        let t = MomentTable::from_keys(signature(), stride, |l, h| &r[l * 3 + h]).unwrap();
+        let t = MomentTable::from_keys(signature(), stride, |l, h| r[l * 3 + h].as_slice()).unwrap();
         let back = MomentTable::from_bytes(&t.to_bytes(), Some(&signature())).unwrap();
         prop_assert_eq!(back, t);
     }

@@ -121,6 +121,7 @@ pub fn run(a: Args) -> CliResult<()> {
             window,
             moments: a.criterion.moments(&model)?,
             capacity: None,
+            kv_dtype: a.criterion.kv_dtype()?,
         },
     )?;
     let (head, last) = tokens.split_at(tokens.len() - 1);

@@ -141,6 +141,7 @@ pub fn moment_table(
             window: WindowConfig::PAPER,
             moments: MomentsMode::Update,
             capacity: Some(length),
+            kv_dtype: Default::default(),
         },
     )?;
     let pb = progress_bar(length as u64, "calibration prefill (moments)");
@@ -150,7 +151,12 @@ pub fn moment_table(
     Ok(MomentTable::from_keys(
         model.signature(),
         stride as u64,
-        |l, h| cache.head(l, h).map(|v| v.keys()).unwrap_or(&[]),
+        |l, h| {
+            cache
+                .head(l, h)
+                .map(|v| v.keys())
+                .unwrap_or(qada_stats::Rows::F32(&[]))
+        },
     )?)
 }
 
@@ -212,6 +218,7 @@ pub fn static_table(
             window,
             moments: MomentsMode::Update,
             capacity: None,
+            kv_dtype: Default::default(),
         },
     )?;
     let total: usize = prompts.iter().map(|p| p.len()).sum();

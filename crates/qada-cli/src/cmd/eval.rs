@@ -242,6 +242,7 @@ fn passkey(
             window,
             moments: MomentsMode::Update,
             capacity: None,
+            kv_dtype: Default::default(),
         },
     )?;
     let rendered = chat.render_user("\u{1}", None);
@@ -362,6 +363,7 @@ fn fidelity(
             window,
             moments: MomentsMode::Update,
             capacity: None,
+            kv_dtype: Default::default(),
         },
     )?;
     // per config: accounting, and sums of nll, delta nll, top-1 agreement, kl

@@ -77,6 +77,7 @@ pub fn run(a: Args) -> CliResult<()> {
         window: a.criterion.window()?,
         moments: a.criterion.moments(&model)?,
         capacity: None,
+        kv_dtype: a.criterion.kv_dtype()?,
     };
     let mut session = Session::new(&model, opts)?;
     let cfg = GenerateConfig {

@@ -1,6 +1,7 @@
 //! One module per subcommand.
 
 pub mod analyze;
+pub mod bench;
 pub mod calibrate;
 pub mod eval;
 pub mod generate;

@@ -47,12 +47,12 @@ impl Head {
         let (b0, b1) = Self::bulk_range(self.t(), self.sink, self.local);
         KvSegments {
             dim: d,
-            sink_keys: &self.keys[..b0 * d],
-            sink_values: &self.values[..b0 * d],
-            bulk_keys: &self.keys[b0 * d..b1 * d],
-            bulk_values: &self.values[b0 * d..b1 * d],
-            window_keys: &self.keys[b1 * d..],
-            window_values: &self.values[b1 * d..],
+            sink_keys: (&self.keys[..b0 * d]).into(),
+            sink_values: (&self.values[..b0 * d]).into(),
+            bulk_keys: (&self.keys[b0 * d..b1 * d]).into(),
+            bulk_values: (&self.values[b0 * d..b1 * d]).into(),
+            window_keys: (&self.keys[b1 * d..]).into(),
+            window_values: (&self.values[b1 * d..]).into(),
             bulk_moments: &self.moments,
         }
     }

@@ -1,0 +1,177 @@
+//! `qada bench`: decode throughput at given depths, dense against adaptive, in one process.
+//!
+//! For every depth the context is real corpus text (the evaluation part), prefilled once; then
+//! dense and adaptive decoding alternate from the same checkpoint, `--reps` times each, and the
+//! median and range of tokens per second are reported with the sparsity reached, the speed-up
+//! and the bytes each decoded token reads (weights plus K/V).
+
+use std::time::Instant;
+
+use qada_core::Dense;
+use qada_kv::MomentsMode;
+use qada_model::{Sampler, SamplingParams, Session, SessionOptions};
+use serde_json::json;
+
+use crate::common::{fail, load_model, progress_bar, CliResult, CriterionArgs, ModelArgs};
+use crate::corpus::{Corpus, Part};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    criterion: CriterionArgs,
+    /// Context depths (tokens before decoding starts), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "0,2048,4096,8000")]
+    depth: Vec<usize>,
+    /// Tokens decoded per run.
+    #[arg(long, default_value_t = 32)]
+    new_tokens: usize,
+    /// Runs of each mode per depth (alternating dense, adaptive).
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Folder of corpus speeches (default: the setup script's).
+    #[arg(long)]
+    corpus: Option<std::path::PathBuf>,
+    /// Print one JSON object per depth, as an array.
+    #[arg(long)]
+    json: bool,
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+pub fn run(a: Args) -> CliResult<()> {
+    let model = load_model(&a.model)?;
+    let ctx = model.config.context_length;
+    if a.reps == 0 || a.new_tokens == 0 {
+        return fail("--reps and --new-tokens must be at least 1");
+    }
+    if let Some(&d) = a.depth.iter().find(|&&d| d.max(1) + a.new_tokens > ctx) {
+        return fail(format!(
+            "depth {d} plus --new-tokens {} exceeds the context length {ctx}",
+            a.new_tokens
+        ));
+    }
+    let corpus = Corpus::load(a.corpus.as_deref())?;
+    let text = corpus.running_text(Part::Evaluation, ctx * 8, 3);
+    let all = model.tokenizer.encode(&text)?;
+    let adaptive_name = a.criterion.describe();
+    let mut session = Session::new(
+        &model,
+        SessionOptions {
+            criterion: Box::new(Dense),
+            window: a.criterion.window()?,
+            moments: MomentsMode::Update,
+            capacity: None,
+            kv_dtype: a.criterion.kv_dtype()?,
+        },
+    )?;
+    let moments = a.criterion.moments(&model)?;
+    let weight_bytes = model.weight_bytes_per_token() as f64;
+    let pb = progress_bar((a.depth.len() * a.reps * 2) as u64, "bench");
+    let mut results = Vec::new();
+    for &depth in &a.depth {
+        let prompt = &all[..depth.max(1)];
+        session.reset();
+        session.set_criterion(Box::new(Dense));
+        session.set_moments_mode(MomentsMode::Update)?;
+        session.prefill(prompt, &mut |_, _| {})?;
+        let cp = session.checkpoint();
+        let mut speeds = [Vec::new(), Vec::new()];
+        let mut sparsity = f64::NAN;
+        let mut kv_bytes = [0.0f64; 2];
+        for _ in 0..a.reps {
+            for (mode, speed) in speeds.iter_mut().enumerate() {
+                session.restore(&cp)?;
+                if mode == 0 {
+                    session.set_criterion(Box::new(Dense));
+                } else {
+                    session.set_criterion(a.criterion.criterion(&model)?);
+                    if !matches!(moments, MomentsMode::Update) {
+                        session.set_moments_mode(moments.clone())?;
+                    }
+                }
+                let mut sampler = Sampler::new(SamplingParams::default())?;
+                let mut next = sampler.sample(session.logits())?;
+                let t0 = Instant::now();
+                for _ in 0..a.new_tokens {
+                    next = sampler.sample(session.step(next)?)?;
+                }
+                speed.push(a.new_tokens as f64 / t0.elapsed().as_secs_f64());
+                let acc = session.accounting();
+                kv_bytes[mode] = acc.kv_bytes / a.new_tokens as f64;
+                if mode == 1 {
+                    sparsity = acc.sparsity();
+                }
+                pb.inc(1);
+            }
+        }
+        let (lo_d, hi_d) = (
+            speeds[0].iter().cloned().fold(f64::INFINITY, f64::min),
+            speeds[0].iter().cloned().fold(0.0, f64::max),
+        );
+        let (lo_a, hi_a) = (
+            speeds[1].iter().cloned().fold(f64::INFINITY, f64::min),
+            speeds[1].iter().cloned().fold(0.0, f64::max),
+        );
+        let (dense, adaptive) = (median(&mut speeds[0]), median(&mut speeds[1]));
+        results.push(json!({
+            "depth": depth,
+            "dense_decode_tokens_per_s": dense,
+            "dense_range": [lo_d, hi_d],
+            "adaptive_decode_tokens_per_s": adaptive,
+            "adaptive_range": [lo_a, hi_a],
+            "speedup": adaptive / dense,
+            "sparsity": sparsity,
+            "dense_bytes_per_token": weight_bytes + kv_bytes[0],
+            "adaptive_bytes_per_token": weight_bytes + kv_bytes[1],
+            "weight_bytes_per_token": weight_bytes,
+        }));
+    }
+    pb.finish_and_clear();
+    if a.json {
+        println!("{}", serde_json::Value::Array(results));
+        return Ok(());
+    }
+    println!(
+        "decode tokens/s, median of {} runs of {} tokens (range); adaptive = {}",
+        a.reps, a.new_tokens, adaptive_name
+    );
+    println!(
+        "{:>6} | {:>22} | {:>22} | {:>7} | {:>8} | {:>9} | {:>9}",
+        "depth", "dense", "adaptive", "speedup", "sparsity", "MB/tok d", "MB/tok a"
+    );
+    for r in &results {
+        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        let range = |k: &str| {
+            format!(
+                "({:.1}-{:.1})",
+                r[k][0].as_f64().unwrap_or(f64::NAN),
+                r[k][1].as_f64().unwrap_or(f64::NAN)
+            )
+        };
+        println!(
+            "{:>6} | {:>7.1} {:>14} | {:>7.1} {:>14} | {:>6.2}x | {:>8.3} | {:>9.1} | {:>9.1}",
+            r["depth"],
+            f("dense_decode_tokens_per_s"),
+            range("dense_range"),
+            f("adaptive_decode_tokens_per_s"),
+            range("adaptive_range"),
+            f("speedup"),
+            f("sparsity"),
+            f("dense_bytes_per_token") / 1e6,
+            f("adaptive_bytes_per_token") / 1e6
+        );
+    }
+    Ok(())
+}
