@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use qada_stats::Rows;
 
-use crate::attention::{scores, Elem, KvSegments};
+use crate::attention::{exp_in_place, scores, Elem, KvSegments};
 use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result};
 
 /// Bulk rows per parallel task.
@@ -70,6 +70,7 @@ fn accumulate(p: &mut Partial, s: &[f32], values: Rows<'_>, d: usize) {
 }
 
 fn accumulate_typed<T: Elem>(p: &mut Partial, s: &[f32], values: &[T], d: usize) {
+    let mut w = [0.0f32; 256];
     let m_new = s.iter().fold(p.m, |a, &b| a.max(b));
     if m_new == f32::NEG_INFINITY {
         return;
@@ -80,10 +81,13 @@ fn accumulate_typed<T: Elem>(p: &mut Partial, s: &[f32], values: &[T], d: usize)
         p.acc.iter_mut().for_each(|a| *a *= c);
         p.m = m_new;
     }
-    for (&si, v) in s.iter().zip(values.chunks_exact(d)) {
-        let w = (si - m_new).exp();
-        p.l += w;
-        T::axpy(&mut p.acc, w, v);
+    for (sc, vc) in s.chunks(256).zip(values.chunks(256 * d)) {
+        let w = &mut w[..sc.len()];
+        w.copy_from_slice(sc);
+        p.l += exp_in_place(w, m_new);
+        for (&wi, v) in w.iter().zip(vc.chunks_exact(d)) {
+            T::axpy(&mut p.acc, wi, v);
+        }
     }
 }
 
