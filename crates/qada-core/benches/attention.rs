@@ -62,6 +62,22 @@ fn per_head(c: &mut Criterion) {
                 approx.decide(&input).unwrap()
             })
         });
+        let factored = qada_stats::FactoredMoments::new(&moments, 1e-3).unwrap();
+        group.bench_function(BenchmarkId::new("approx_decision_factored", t), |b| {
+            b.iter(|| {
+                let input = HeadInput {
+                    layer: 0,
+                    head: 0,
+                    query: black_box(&q),
+                    scale,
+                    local_scores: &local_scores,
+                    bulk_len: kv.bulk_len(),
+                    bulk_moments: &factored,
+                    bulk_keys: kv.bulk_keys,
+                };
+                approx.decide(&input).unwrap()
+            })
+        });
     }
     group.finish();
 }

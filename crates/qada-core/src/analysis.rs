@@ -81,7 +81,7 @@ pub fn probe_layer(
         scores(q, k.window_keys, scale, &mut local[ns..]);
         bulk.resize(k.bulk_len(), 0.0);
         scores(q, k.bulk_keys, scale, &mut bulk);
-        let log_bulk_hat = if k.bulk_moments.is_empty() {
+        let log_bulk_hat = if k.bulk_moments.count() == 0 {
             f64::NAN
         } else {
             GaussianScore::new(q, k.bulk_moments, scale as f64)?.log_bulk_mass(k.bulk_len())

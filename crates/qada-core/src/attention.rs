@@ -5,7 +5,7 @@
 //! magnitude give finite results. Scores may come in several segments (sink, bulk, window):
 //! the softmax runs over their union without concatenating anything.
 
-use qada_stats::{f16, KeyMoments, Rows};
+use qada_stats::{f16, KeyDistribution, Rows};
 
 use crate::{CoreError, Result};
 
@@ -27,8 +27,8 @@ pub struct KvSegments<'a> {
     pub window_keys: Rows<'a>,
     /// Values of the window.
     pub window_values: Rows<'a>,
-    /// Moments of the bulk keys (as the cache keeps them).
-    pub bulk_moments: &'a KeyMoments,
+    /// Moments of the bulk keys (as the cache keeps them: full, or factored when fixed).
+    pub bulk_moments: &'a dyn KeyDistribution,
 }
 
 impl KvSegments<'_> {

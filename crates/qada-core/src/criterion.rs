@@ -1,6 +1,6 @@
 //! The locality criterion: is this head local for this query?
 
-use qada_stats::{KeyMoments, Rows};
+use qada_stats::{KeyDistribution, Rows};
 
 use crate::{CoreError, Result};
 
@@ -48,8 +48,8 @@ pub struct HeadInput<'a> {
     pub local_scores: &'a [f32],
     /// `T_bulk`, the number of positions outside `I`.
     pub bulk_len: usize,
-    /// Moments of the bulk keys of this head's KV head (option 1 or 2).
-    pub bulk_moments: &'a KeyMoments,
+    /// Moments of the bulk keys of this head's KV head (option 1 or 2), full or factored.
+    pub bulk_moments: &'a dyn KeyDistribution,
     /// The bulk keys themselves, `T_bulk x d`, for the criteria that need every score.
     pub bulk_keys: Rows<'a>,
 }

@@ -1,9 +1,24 @@
 //! Log-sum-exp in f64: the log domain in which every mass comparison is made.
 
-/// `ln sum_i exp(s_i)`, stable for any magnitude: `m + ln sum exp(s_i - m)` with `m = max s_i`.
+/// `ln sum_i exp(s_i)`, stable for any magnitude: `m + ln sum exp(s_i - m)` with `m = max s_i`,
+/// the terms from [`crate::attention::fast_exp`] (relative error below 3e-7) summed in f64.
 /// `-inf` for no scores; NaN if any score is NaN.
 pub fn lse(scores: &[f32]) -> f64 {
-    lse_iter(scores.iter().map(|&s| s as f64))
+    let mut m = f32::NEG_INFINITY;
+    for &s in scores {
+        if s.is_nan() {
+            return f64::NAN;
+        }
+        m = m.max(s);
+    }
+    if m.is_infinite() {
+        return m as f64;
+    }
+    let sum: f64 = scores
+        .iter()
+        .map(|&s| crate::attention::fast_exp(s - m) as f64)
+        .sum();
+    m as f64 + sum.ln()
 }
 
 /// [`lse`] over the concatenation of several slices.

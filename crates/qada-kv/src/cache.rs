@@ -2,7 +2,10 @@
 
 use std::sync::Arc;
 
-use qada_stats::{f16, KeyMoments, MomentTable, Rows};
+use qada_stats::{f16, FactoredMoments, KeyDistribution, KeyMoments, MomentTable, Rows};
+
+/// Share of the covariance trace a factored form may leave out (see [`FactoredMoments`]).
+pub const FACTOR_TOLERANCE: f64 = 1e-3;
 
 use crate::{KvError, Result, Split, WindowConfig};
 
@@ -99,6 +102,8 @@ struct HeadStore {
     bulk: KeyMoments,
     /// Bulk positions `sink .. sink + folded` are in `bulk` (option 1 only).
     folded: usize,
+    /// `bulk` factored, while the moments are fixed.
+    factored: Option<FactoredMoments>,
 }
 
 /// A KV cache for all layers of a model.
@@ -120,7 +125,7 @@ pub struct KvCache {
 #[derive(Clone, Debug)]
 pub struct CacheCheckpoint {
     lens: Vec<usize>,
-    moments: Vec<(KeyMoments, usize)>,
+    moments: Vec<(KeyMoments, usize, Option<FactoredMoments>)>,
     mode: MomentsMode,
     moments_fixed: bool,
     prefill_done: bool,
@@ -156,6 +161,7 @@ pub struct HeadView<'a> {
     dim: usize,
     window: WindowConfig,
     bulk: &'a KeyMoments,
+    factored: Option<&'a FactoredMoments>,
 }
 
 impl<'a> HeadView<'a> {
@@ -212,6 +218,14 @@ impl<'a> HeadView<'a> {
     pub fn bulk_moments(&self) -> &'a KeyMoments {
         self.bulk
     }
+    /// The bulk key distribution the criterion should use: the factored form of the moments
+    /// while they are fixed (frozen or calibration), the full moments otherwise.
+    pub fn bulk_distribution(&self) -> &'a dyn KeyDistribution {
+        match self.factored {
+            Some(f) => f,
+            None => self.bulk,
+        }
+    }
 }
 
 impl KvCache {
@@ -229,6 +243,7 @@ impl KvCache {
             values: Store::new(shape.dtype),
             bulk: KeyMoments::new(shape.head_dim),
             folded: 0,
+            factored: None,
         };
         let cache = KvCache {
             shape,
@@ -277,6 +292,7 @@ impl KvCache {
             h.values.clear();
             h.bulk = KeyMoments::new(self.shape.head_dim);
             h.folded = 0;
+            h.factored = None;
         }
         self.lens.iter_mut().for_each(|l| *l = 0);
         self.moments_fixed = false;
@@ -394,6 +410,19 @@ impl KvCache {
         Ok(())
     }
 
+    /// Factor every head's moments (they are fixed from now on), or drop the factors.
+    fn refactor(&mut self) -> Result<()> {
+        let fixed = self.moments_fixed;
+        for h in &mut self.heads {
+            h.factored = if fixed && !h.bulk.is_empty() {
+                Some(FactoredMoments::new(&h.bulk, FACTOR_TOLERANCE)?)
+            } else {
+                None
+            };
+        }
+        Ok(())
+    }
+
     /// Change where the bulk moments come from, from now on. Update resumes folding keys that
     /// leave the window; frozen stops (after prefill); calibration looks up the table for the
     /// current length (after prefill). Leaving calibration recomputes the moments of the
@@ -422,7 +451,7 @@ impl KvCache {
                 self.moments_fixed = self.prefill_done && matches!(self.mode, MomentsMode::Frozen);
             }
         }
-        Ok(())
+        self.refactor()
     }
 
     /// Remember the current lengths and moments.
@@ -432,7 +461,7 @@ impl KvCache {
             moments: self
                 .heads
                 .iter()
-                .map(|h| (h.bulk.clone(), h.folded))
+                .map(|h| (h.bulk.clone(), h.folded, h.factored.clone()))
                 .collect(),
             mode: self.mode.clone(),
             moments_fixed: self.moments_fixed,
@@ -461,12 +490,15 @@ impl KvCache {
             }
         }
         let (nh, d) = (self.shape.n_kv_heads, self.shape.head_dim);
-        for (i, (store, (m, folded))) in self.heads.iter_mut().zip(&cp.moments).enumerate() {
+        for (i, (store, (m, folded, factored))) in
+            self.heads.iter_mut().zip(&cp.moments).enumerate()
+        {
             let len = cp.lens[i / nh];
             store.keys.truncate(len * d);
             store.values.truncate(len * d);
             store.bulk.clone_from(m);
             store.folded = *folded;
+            store.factored.clone_from(factored);
         }
         self.lens.clone_from(&cp.lens);
         self.mode = cp.mode.clone();
@@ -503,7 +535,7 @@ impl KvCache {
             MomentsMode::Frozen => self.moments_fixed = true,
             MomentsMode::Calibration { .. } => self.apply_calibration()?,
         }
-        Ok(())
+        self.refactor()
     }
 
     /// Borrow one layer and KV head.
@@ -529,6 +561,7 @@ impl KvCache {
             dim: self.shape.head_dim,
             window: self.window,
             bulk: &s.bulk,
+            factored: s.factored.as_ref(),
         })
     }
 }

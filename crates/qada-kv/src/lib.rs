@@ -16,6 +16,8 @@ mod cache;
 mod error;
 mod window;
 
-pub use cache::{CacheCheckpoint, CacheShape, HeadView, KvCache, KvDtype, MomentsMode, Segment};
+pub use cache::{
+    CacheCheckpoint, CacheShape, HeadView, KvCache, KvDtype, MomentsMode, Segment, FACTOR_TOLERANCE,
+};
 pub use error::{KvError, Result};
 pub use window::{Split, WindowConfig};

@@ -424,3 +424,42 @@ fn an_f16_cache_stores_rounded_rows_and_their_moments() {
         assert!((a - b).abs() < 1e-9);
     }
 }
+
+#[test]
+fn fixed_moments_are_served_factored_and_current_ones_exactly() {
+    use qada_stats::KeyDistribution;
+    let (d, heads) = (6, 1);
+    let w = WindowConfig::new(1, 4).unwrap();
+    let q = [0.5f32, -1.0, 0.25, 2.0, -0.75, 1.5];
+    for (mode, factored) in [(MomentsMode::Update, false), (MomentsMode::Frozen, true)] {
+        let mut cache = KvCache::new(shape(d, heads, 200), w, mode).unwrap();
+        for layer in 0..2 {
+            cache
+                .append(
+                    layer,
+                    &block(100, 0, heads, d, 0.0),
+                    &block(100, 0, heads, d, 1.0),
+                )
+                .unwrap();
+        }
+        cache.finish_prefill().unwrap();
+        let v = cache.head(1, 0).unwrap();
+        let (full, served) = (
+            v.bulk_moments().quad_form(&q).unwrap(),
+            v.bulk_distribution().quad_form(&q).unwrap(),
+        );
+        if factored {
+            let trace: f64 = (0..d)
+                .map(|i| v.bulk_moments().covariance()[i * d + i])
+                .sum();
+            let qq: f64 = q.iter().map(|&x| (x as f64).powi(2)).sum();
+            assert!(
+                (full - served).abs() <= qada_kv::FACTOR_TOLERANCE * trace * qq + 1e-5,
+                "{full} vs {served}"
+            );
+        } else {
+            assert_eq!(full, served);
+        }
+        assert_eq!(v.bulk_distribution().count(), v.bulk_moments().count());
+    }
+}

@@ -91,7 +91,7 @@ pub fn segments<'a>(v: &HeadView<'a>) -> KvSegments<'a> {
         bulk_values: b.values,
         window_keys: w.keys,
         window_values: w.values,
-        bulk_moments: v.bulk_moments(),
+        bulk_moments: v.bulk_distribution(),
     }
 }
 

@@ -12,6 +12,7 @@
 
 pub mod codec;
 mod error;
+mod factored;
 mod moments;
 mod rows;
 mod score;
@@ -19,6 +20,7 @@ mod signature;
 mod table;
 
 pub use error::{Result, StatsError};
+pub use factored::FactoredMoments;
 pub use half::f16;
 pub use moments::KeyMoments;
 pub use rows::Rows;

@@ -261,24 +261,34 @@ impl KeyMoments {
         Ok(q.iter().zip(&self.mean).map(|(&a, &b)| a as f64 * b).sum())
     }
 
-    /// `q^T Sigma q` in f64 from the packed upper triangle: `O(d^2 / 2)`.
+    /// `q^T Sigma q` in f64 from the packed upper triangle: `O(d^2 / 2)`, with four independent
+    /// accumulators per row so the products pipeline (and vectorize).
     pub fn quad_form(&self, q: &[f32]) -> Result<f64> {
         self.check_dim(q.len())?;
         if self.count == 0 {
             return Ok(0.0);
         }
         let d = self.dim;
+        let q64: Vec<f64> = q.iter().map(|&x| x as f64).collect();
         let mut total = 0.0;
         let mut off = 0;
         for i in 0..d {
             let row = &self.m2[off..off + (d - i)];
-            let qi = q[i] as f64;
-            // diagonal once, off-diagonal twice.
-            let mut acc = 0.5 * row[0] * qi;
-            for (m, &qj) in row.iter().zip(&q[i..]).skip(1) {
-                acc += m * qj as f64;
+            let qs = &q64[i..];
+            // off-diagonal terms count twice: q_i (M_ii q_i + 2 sum_{j > i} M_ij q_j)
+            let mut acc = [0.0f64; 4];
+            let (head, tail) = (row[1..].chunks_exact(4), qs[1..].chunks_exact(4));
+            let (rr, qr) = (head.remainder(), tail.remainder());
+            for (m, x) in head.zip(tail) {
+                for k in 0..4 {
+                    acc[k] += m[k] * x[k];
+                }
             }
-            total += 2.0 * qi * acc;
+            let mut off_diag = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+            for (m, x) in rr.iter().zip(qr) {
+                off_diag += m * x;
+            }
+            total += qs[0] * (row[0] * qs[0] + 2.0 * off_diag);
             off += d - i;
         }
         Ok(total / self.count as f64)

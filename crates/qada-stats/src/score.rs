@@ -13,9 +13,11 @@ use crate::{KeyMoments, Result};
 /// [`KeyMoments`] implements it with an `O(d^2)` quadratic form; a factored covariance
 /// (Cholesky or low rank, `Sigma = L L^T`, `q Sigma q^T = |L^T q|^2`) can implement it with a
 /// cheaper product without touching the callers.
-pub trait KeyDistribution {
+pub trait KeyDistribution: Send + Sync + std::fmt::Debug {
     /// Key length `d`.
     fn dim(&self) -> usize;
+    /// Number of keys the moments summarize (0: nothing to estimate from).
+    fn count(&self) -> u64;
     /// `q . mu_K`.
     fn mean_dot(&self, q: &[f32]) -> Result<f64>;
     /// `q Sigma_K q^T`.
@@ -25,6 +27,9 @@ pub trait KeyDistribution {
 impl KeyDistribution for KeyMoments {
     fn dim(&self) -> usize {
         KeyMoments::dim(self)
+    }
+    fn count(&self) -> u64 {
+        KeyMoments::count(self)
     }
     fn mean_dot(&self, q: &[f32]) -> Result<f64> {
         KeyMoments::mean_dot(self, q)
@@ -37,6 +42,9 @@ impl KeyDistribution for KeyMoments {
 impl<D: KeyDistribution + ?Sized> KeyDistribution for &D {
     fn dim(&self) -> usize {
         (**self).dim()
+    }
+    fn count(&self) -> u64 {
+        (**self).count()
     }
     fn mean_dot(&self, q: &[f32]) -> Result<f64> {
         (**self).mean_dot(q)

@@ -59,3 +59,32 @@ proptest! {
         prop_assert!((g.log_bulk_mass(t_bulk) - ((t_bulk as f64).ln() + g.log_mean_exp())).abs() < 1e-12);
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// The factored quadratic form is within `rel_tol * trace * |q|^2` of the full one, and
+    /// with tolerance 0 it keeps every factor.
+    #[test]
+    fn factored_covariance_is_within_its_stated_bound(
+        d in 2usize..12,
+        seed in 0u64..1000,
+        l in prop::collection::vec(-1.0f32..1.0, 144),
+        q in prop::collection::vec(-2.0f32..2.0, 12),
+        tol in 0.0f64..0.2,
+    ) {
+        use qada_stats::{FactoredMoments, KeyDistribution};
+        let keys = gaussian_keys(&vec![0.3; d], &l[..d * d], 500, seed);
+        let m = KeyMoments::from_rows(d, &keys).unwrap();
+        let f = FactoredMoments::new(&m, tol).unwrap();
+        let q = &q[..d];
+        let full = m.quad_form(q).unwrap();
+        let fac = f.quad_form(q).unwrap();
+        let qq: f64 = q.iter().map(|&x| (x as f64).powi(2)).sum();
+        prop_assert!((full - fac).abs() <= tol * f.trace() * qq + 1e-4 * (1.0 + full), "{full} vs {fac}, rank {}", f.rank());
+        prop_assert!((m.mean_dot(q).unwrap() - f.mean_dot(q).unwrap()).abs() < 1e-9);
+        prop_assert!(f.dropped() <= tol * f.trace() + 1e-12);
+        let exact = FactoredMoments::new(&m, 0.0).unwrap();
+        prop_assert!(exact.rank() >= d - 1, "rank {} of {d} with zero tolerance", exact.rank());
+    }
+}

@@ -30,7 +30,7 @@ impl Approx {
     }
     /// `log A_bulk_hat`; NaN when there are no moments to estimate from.
     pub fn log_bulk_mass(input: &HeadInput<'_>) -> Result<f64> {
-        if input.bulk_moments.is_empty() {
+        if input.bulk_moments.count() == 0 {
             return Ok(f64::NAN);
         }
         let g = GaussianScore::new(input.query, input.bulk_moments, input.scale as f64)?;
