@@ -427,7 +427,6 @@ fn an_f16_cache_stores_rounded_rows_and_their_moments() {
 
 #[test]
 fn fixed_moments_are_served_factored_and_current_ones_exactly() {
-    use qada_stats::KeyDistribution;
     let (d, heads) = (6, 1);
     let w = WindowConfig::new(1, 4).unwrap();
     let q = [0.5f32, -1.0, 0.25, 2.0, -0.75, 1.5];
