@@ -52,6 +52,7 @@ struct Task {
 pub struct LayerScratch {
     local_scores: Vec<f32>,
     tasks: Vec<Task>,
+    state: Option<Partial>,
 }
 
 impl LayerScratch {
@@ -275,11 +276,11 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized>(
     }
 
     // 4. local state per head, merged with its bulk partials.
-    let mut state = Partial {
+    let mut state = scratch.state.take().unwrap_or(Partial {
         m: f32::NEG_INFINITY,
         l: 0.0,
         acc: Vec::with_capacity(d),
-    };
+    });
     for h in 0..n_heads {
         let k = &kv[h / group];
         let ns = k.sink_keys.n_rows(d);
@@ -308,5 +309,6 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized>(
             o.iter_mut().for_each(|x| *x = 0.0);
         }
     }
+    scratch.state = Some(state);
     Ok(())
 }
