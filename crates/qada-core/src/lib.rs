@@ -34,3 +34,18 @@ pub use criteria::{
 };
 pub use criterion::{Decision, HeadInput, LocalityCriterion, Tau};
 pub use error::{CoreError, Result};
+
+// Types users share across threads.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Oracle>();
+    send_sync::<Approx>();
+    send_sync::<Static>();
+    send_sync::<StaticTable>();
+    send_sync::<Dense>();
+    send_sync::<Window>();
+    send_sync::<Box<dyn LocalityCriterion>>();
+    send_sync::<Accounting>();
+    send_sync::<KvSegments<'static>>();
+    send_sync::<LayerScratch>();
+};

@@ -21,3 +21,12 @@ pub use cache::{
 };
 pub use error::{KvError, Result};
 pub use window::{Split, WindowConfig};
+
+// Types users share across threads.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<KvCache>();
+    send_sync::<CacheCheckpoint>();
+    send_sync::<HeadView<'static>>();
+    send_sync::<WindowConfig>();
+};

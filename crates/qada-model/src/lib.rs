@@ -21,3 +21,12 @@ pub mod generate;
 
 pub use generate::{generate, GenerateConfig, Generation, Sampler, SamplingParams, StopReason};
 pub mod qlinear;
+
+// Types users share across threads (a loaded model serves many sessions).
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Model>();
+    send_sync::<Tokenizer>();
+    send_sync::<gguf::GgufFile>();
+    send_sync::<SessionCheckpoint>();
+};

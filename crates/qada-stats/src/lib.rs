@@ -27,3 +27,14 @@ pub use rows::Rows;
 pub use score::{GaussianScore, KeyDistribution};
 pub use signature::ModelSignature;
 pub use table::{Checkpoint, MomentTable, DEFAULT_TABLE_OFFSET};
+
+// Types users share across threads.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<KeyMoments>();
+    send_sync::<FactoredMoments>();
+    send_sync::<MomentTable>();
+    send_sync::<GaussianScore>();
+    send_sync::<ModelSignature>();
+    send_sync::<Rows<'static>>();
+};

@@ -1,0 +1,110 @@
+//! Generation on the real model: determinism and the context limit.
+
+mod common;
+
+use std::sync::OnceLock;
+
+use qada_core::Approx;
+use qada_kv::{MomentsMode, WindowConfig};
+use qada_model::{
+    generate, GenerateConfig, LoadOptions, Model, SamplingParams, Session, SessionOptions,
+    StopReason,
+};
+
+fn model() -> &'static Model {
+    static M: OnceLock<Model> = OnceLock::new();
+    M.get_or_init(|| Model::load(&common::model_path(), &LoadOptions::default()).unwrap())
+}
+
+fn session(capacity: Option<usize>) -> Session<'static> {
+    let opts = SessionOptions {
+        criterion: Box::new(Approx::new(0.6).unwrap()),
+        window: WindowConfig::new(4, 16).unwrap(),
+        moments: MomentsMode::Update,
+        capacity,
+        kv_dtype: Default::default(),
+    };
+    Session::new(model(), opts).unwrap()
+}
+
+fn cfg(n: usize, seed: u64) -> GenerateConfig {
+    GenerateConfig {
+        max_new_tokens: n,
+        stop_at_eos: false,
+        stop_strings: vec![],
+        sampling: SamplingParams {
+            temperature: 0.9,
+            top_k: 40,
+            top_p: 0.95,
+            seed,
+        },
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_tokens_and_another_seed_other_tokens() {
+    let prompt = model()
+        .tokenizer
+        .encode("Once upon a time, in a small village by the sea,")
+        .unwrap();
+    let run = |seed| {
+        generate(
+            &mut session(None),
+            &prompt,
+            &cfg(24, seed),
+            &mut |_| {},
+            &mut |_, _| {},
+        )
+        .unwrap()
+    };
+    let (a, b, c) = (run(7), run(7), run(8));
+    assert_eq!(a.generated_ids, b.generated_ids);
+    assert_eq!(a.text, b.text);
+    assert_ne!(a.generated_ids, c.generated_ids);
+}
+
+#[test]
+fn generation_stops_at_the_context_limit() {
+    let prompt = model()
+        .tokenizer
+        .encode("The capital of France is")
+        .unwrap();
+    let capacity = prompt.len() + 10;
+    let g = generate(
+        &mut session(Some(capacity)),
+        &prompt,
+        &cfg(100, 1),
+        &mut |_| {},
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(g.stop, StopReason::ContextFull);
+    // the last sampled token is returned without being fed back: capacity - prompt + 1
+    assert_eq!(g.generated_ids.len(), capacity - prompt.len() + 1);
+    // a prompt as long as the capacity is refused up front
+    let long: Vec<u32> = prompt.iter().cycle().take(capacity + 1).copied().collect();
+    let err = generate(
+        &mut session(Some(capacity)),
+        &long,
+        &cfg(1, 1),
+        &mut |_| {},
+        &mut |_, _| {},
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("context full"), "{err}");
+}
+
+#[test]
+fn a_prompt_of_only_special_tokens_generates() {
+    let prompt = model().tokenizer.encode("<|im_start|><|im_end|>").unwrap();
+    assert_eq!(prompt, vec![1, 2]);
+    let g = generate(
+        &mut session(None),
+        &prompt,
+        &cfg(4, 0),
+        &mut |_| {},
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(g.generated_ids.len(), 4);
+}
