@@ -161,3 +161,23 @@ pub(crate) fn check_input(input: &HeadInput<'_>) -> Result<()> {
     }
     Ok(())
 }
+
+/// The decision of an adaptive criterion from the two log masses: local iff
+/// `log_local - lse(log_local, log_bulk) >= ln tau`; with no bulk, local with share 1. A share
+/// that is NaN or `+inf` (non-finite scores or moments) is reported as NaN and never local.
+pub(crate) fn from_masses(tau: Tau, bulk_len: usize, log_local: f64, log_bulk: f64) -> Decision {
+    if bulk_len == 0 {
+        return Decision {
+            local: true,
+            log_local_share: Some(0.0),
+        };
+    }
+    let mut share = crate::lse::log_local_share(log_local, log_bulk);
+    if share.is_nan() || share == f64::INFINITY {
+        share = f64::NAN;
+    }
+    Decision {
+        local: tau.is_local(share),
+        log_local_share: Some(share),
+    }
+}

@@ -28,6 +28,20 @@ pub struct SessionOptions {
     pub kv_dtype: KvDtype,
 }
 
+impl SessionOptions {
+    /// A criterion and window; moments of the current prompt kept up to date, the model's
+    /// context length as capacity, an f32 cache.
+    pub fn new(criterion: Box<dyn LocalityCriterion>, window: WindowConfig) -> Self {
+        SessionOptions {
+            criterion,
+            window,
+            moments: MomentsMode::Update,
+            capacity: None,
+            kv_dtype: KvDtype::F32,
+        }
+    }
+}
+
 /// Observes every decision of every decoding step (analysis uses it).
 pub trait StepObserver {
     /// Called per layer after attention, with the layer's queries and KV segments.

@@ -5,10 +5,8 @@ mod common;
 
 use std::sync::OnceLock;
 
-use qada_core::Dense;
-use qada_kv::{MomentsMode, WindowConfig};
 use qada_model::ops::rms_norm;
-use qada_model::{LoadOptions, Model, Session, SessionOptions, WeightFormat};
+use qada_model::{LoadOptions, Model, WeightFormat};
 
 fn model() -> &'static Model {
     static M: OnceLock<Model> = OnceLock::new();
@@ -19,28 +17,6 @@ fn model() -> &'static Model {
         };
         Model::load(&common::model_path(), &opts).unwrap()
     })
-}
-
-fn session(m: &Model) -> Session<'_> {
-    Session::new(
-        m,
-        SessionOptions {
-            criterion: Box::new(Dense),
-            window: WindowConfig::PAPER,
-            moments: MomentsMode::Update,
-            capacity: None,
-            kv_dtype: Default::default(),
-        },
-    )
-    .unwrap()
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    v.iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(i, _)| i as u32)
-        .unwrap()
 }
 
 fn top_k(v: &[f32], k: usize) -> Vec<u32> {
@@ -76,7 +52,7 @@ fn residual_stream_matches_the_reference_after_every_layer() {
     let rows = r["plain_sentence_residual_stream_last_position"]["rows"]
         .as_array()
         .unwrap();
-    let mut s = session(m);
+    let mut s = common::dense_session(m);
     let trace = s.prefill_trace(&tokens).unwrap();
     assert_eq!(trace.len(), 31);
     let mut worst = 0.0f32;
@@ -125,7 +101,7 @@ fn logits_and_top5_match_the_reference_for_every_prompt() {
         .collect();
     for p in r["prompts"].as_array().unwrap() {
         let tokens = common::ids(&p["token_ids"]);
-        let mut s = session(m);
+        let mut s = common::dense_session(m);
         let logits = s.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
         let ids = common::ids(&p["top5_next_token"]["ids"]);
         assert_eq!(top_k(&logits, 5), ids, "prompt {}", p["name"]);
@@ -159,11 +135,11 @@ fn greedy_continuations_match_the_reference() {
     for p in r["prompts"].as_array().unwrap() {
         let tokens = common::ids(&p["token_ids"]);
         let expected = common::ids(&p["greedy"]["ids"]);
-        let mut s = session(m);
-        let mut next = argmax(s.prefill(&tokens, &mut |_, _| {}).unwrap());
+        let mut s = common::dense_session(m);
+        let mut next = common::argmax(s.prefill(&tokens, &mut |_, _| {}).unwrap());
         let mut got = vec![next];
         while got.len() < expected.len() {
-            next = argmax(s.step(next).unwrap());
+            next = common::argmax(s.step(next).unwrap());
             got.push(next);
         }
         assert_eq!(got, expected, "prompt {}", p["name"]);

@@ -8,10 +8,8 @@
 
 mod common;
 
-use qada_core::Dense;
-use qada_kv::{MomentsMode, WindowConfig};
 use qada_model::qlinear::ActPrecision;
-use qada_model::{LoadOptions, Model, Session, SessionOptions, WeightFormat};
+use qada_model::{LoadOptions, Model, WeightFormat};
 
 fn load(weights: WeightFormat, activations: ActPrecision) -> Model {
     let opts = LoadOptions {
@@ -20,28 +18,6 @@ fn load(weights: WeightFormat, activations: ActPrecision) -> Model {
         ..Default::default()
     };
     Model::load(&common::model_path(), &opts).unwrap()
-}
-
-fn session(m: &Model) -> Session<'_> {
-    Session::new(
-        m,
-        SessionOptions {
-            criterion: Box::new(Dense),
-            window: WindowConfig::PAPER,
-            moments: MomentsMode::Update,
-            capacity: None,
-            kv_dtype: Default::default(),
-        },
-    )
-    .unwrap()
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    v.iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map(|(i, _)| i as u32)
-        .unwrap()
 }
 
 #[test]
@@ -72,12 +48,12 @@ fn compare(precision: ActPrecision, bound: f32) {
             .iter()
             .map(|s| s["margin_to_2nd"].as_f64().unwrap())
             .collect();
-        let (mut se, mut sq) = (session(&exact), session(&quant));
+        let (mut se, mut sq) = (common::dense_session(&exact), common::dense_session(&quant));
         let mut le = se.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
         let mut lq = sq.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
         assert_eq!(
-            argmax(&lq),
-            argmax(&le),
+            common::argmax(&lq),
+            common::argmax(&le),
             "next token of prompt {}",
             p["name"]
         );
@@ -97,7 +73,7 @@ fn compare(precision: ActPrecision, bound: f32) {
             // greedy picks agree unless the reference's top-2 margin is within twice the error
             if margins[step] > 2.0 * err as f64 {
                 assert_eq!(
-                    argmax(&lq),
+                    common::argmax(&lq),
                     tok,
                     "prompt {} step {step} (margin {})",
                     p["name"],

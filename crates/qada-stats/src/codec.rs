@@ -91,6 +91,22 @@ impl Encoder {
     }
 }
 
+/// Write a file, naming it in the error.
+pub fn write_file(path: &std::path::Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).map_err(|source| StatsError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// Read a whole file, naming it in the error.
+pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
+    std::fs::read(path).map_err(|source| StatsError::Io {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
 /// Check the container and return a decoder over its payload.
 pub fn open<'a>(bytes: &'a [u8], format: &Format) -> Result<Decoder<'a>> {
     if bytes.len() < 8 || bytes[..8] != format.magic {

@@ -211,16 +211,7 @@ pub fn static_table(
     tau: Tau,
 ) -> CliResult<StaticTable> {
     let mut cal = StaticCalibrator::new(model.signature(), model.config.n_heads, tau.get())?;
-    let mut session = Session::new(
-        model,
-        SessionOptions {
-            criterion: Box::new(Dense),
-            window,
-            moments: MomentsMode::Update,
-            capacity: None,
-            kv_dtype: Default::default(),
-        },
-    )?;
+    let mut session = Session::new(model, SessionOptions::new(Box::new(Dense), window))?;
     let total: usize = prompts.iter().map(|p| p.len()).sum();
     let pb = progress_bar(total as u64, "calibration (static heads)");
     let mut done = 0;

@@ -235,16 +235,7 @@ fn passkey(
             count: 0,
         })
         .collect();
-    let mut session = Session::new(
-        model,
-        SessionOptions {
-            criterion: Box::new(Dense),
-            window,
-            moments: MomentsMode::Update,
-            capacity: None,
-            kv_dtype: Default::default(),
-        },
-    )?;
+    let mut session = Session::new(model, SessionOptions::new(Box::new(Dense), window))?;
     let rendered = chat.render_user("\u{1}", None);
     let (pre, post) = rendered.split_once('\u{1}').expect("marker");
     for seed in 0..plan.seeds {
@@ -356,16 +347,7 @@ fn fidelity(
     let tok = &model.tokenizer;
     let (t, n) = (plan.fidelity_len, plan.fidelity_steps);
     let pb = progress_bar((plan.fidelity_texts * cfgs.len()) as u64, "fidelity");
-    let mut session = Session::new(
-        model,
-        SessionOptions {
-            criterion: Box::new(Dense),
-            window,
-            moments: MomentsMode::Update,
-            capacity: None,
-            kv_dtype: Default::default(),
-        },
-    )?;
+    let mut session = Session::new(model, SessionOptions::new(Box::new(Dense), window))?;
     // per config: accounting, and sums of nll, delta nll, top-1 agreement, kl
     let mut accs: Vec<(Option<Accounting>, [f64; 4], u64)> =
         cfgs.iter().map(|_| (None, [0.0; 4], 0)).collect();

@@ -7,8 +7,8 @@
 
 use qada_stats::GaussianScore;
 
-use crate::criterion::check_input;
-use crate::lse::{log_local_share, lse};
+use crate::criterion::{check_input, from_masses};
+use crate::lse::lse;
 use crate::{Decision, HeadInput, LocalityCriterion, Result, Tau};
 
 /// The query-adaptive approximate criterion.
@@ -42,20 +42,15 @@ impl LocalityCriterion for Approx {
     fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
         check_input(input)?;
         if input.bulk_len == 0 {
-            return Ok(Decision {
-                local: true,
-                log_local_share: Some(0.0),
-            });
+            return Ok(from_masses(self.tau, 0, 0.0, 0.0));
         }
-        let log_local = lse(input.local_scores);
-        let mut share = log_local_share(log_local, Self::log_bulk_mass(input)?);
-        if !share.is_finite() && share != f64::NEG_INFINITY {
-            share = f64::NAN;
-        }
-        Ok(Decision {
-            local: self.tau.is_local(share),
-            log_local_share: Some(share),
-        })
+        let log_bulk = Self::log_bulk_mass(input)?;
+        Ok(from_masses(
+            self.tau,
+            input.bulk_len,
+            lse(input.local_scores),
+            log_bulk,
+        ))
     }
     fn name(&self) -> &str {
         "approx"

@@ -194,22 +194,12 @@ impl StaticTable {
 
     /// Write to a file.
     pub fn save(&self, path: &Path) -> Result<()> {
-        std::fs::write(path, self.to_bytes()).map_err(|source| {
-            StatsError::Io {
-                path: path.display().to_string(),
-                source,
-            }
-            .into()
-        })
+        Ok(codec::write_file(path, &self.to_bytes())?)
     }
 
     /// Read from a file; with `expected`, refuse a table made for another model.
     pub fn load(path: &Path, expected: Option<&ModelSignature>) -> Result<Self> {
-        let bytes = std::fs::read(path).map_err(|source| StatsError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        Self::from_bytes(&bytes, expected)
+        Self::from_bytes(&codec::read_file(path)?, expected)
     }
 }
 

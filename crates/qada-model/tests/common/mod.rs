@@ -38,3 +38,19 @@ pub fn ids(v: &serde_json::Value) -> Vec<u32> {
         .map(|x| x.as_u64().unwrap() as u32)
         .collect()
 }
+
+/// A session that decodes densely (the reference behavior).
+pub fn dense_session(m: &qada_model::Model) -> qada_model::Session<'_> {
+    let opts =
+        qada_model::SessionOptions::new(Box::new(qada_core::Dense), qada_kv::WindowConfig::PAPER);
+    qada_model::Session::new(m, opts).unwrap()
+}
+
+/// Index of the largest value.
+pub fn argmax(v: &[f32]) -> u32 {
+    v.iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map(|(i, _)| i as u32)
+        .unwrap()
+}
