@@ -62,6 +62,9 @@ pub struct Args {
     /// Folder for CSV, JSON and PNG outputs.
     #[arg(long, default_value = "eval-out")]
     out_dir: PathBuf,
+    /// Redraw plots and the summary from the JSON rows already in --out-dir; run nothing.
+    #[arg(long)]
+    replot: bool,
 }
 
 const FULL_TAUS: &[f64] = &[
@@ -97,13 +100,33 @@ impl<C: LocalityCriterion + ?Sized> LocalityCriterion for Shared<C> {
 /// A result row: `(task, method, parameter, sparsity, metric, value, count)`.
 #[derive(Clone, Debug)]
 pub struct Row {
-    pub task: &'static str,
-    pub method: &'static str,
+    pub task: String,
+    pub method: String,
     pub param: Option<f64>,
     pub sparsity: f64,
-    pub metric: &'static str,
+    pub metric: String,
     pub value: f64,
     pub count: u64,
+}
+
+impl Row {
+    fn from_json(v: &serde_json::Value) -> Option<Row> {
+        Some(Row {
+            task: v["task"].as_str()?.to_string(),
+            method: v["method"].as_str()?.to_string(),
+            param: v["parameter"].as_f64(),
+            sparsity: v["sparsity"].as_f64().unwrap_or(f64::NAN),
+            metric: v["metric"].as_str()?.to_string(),
+            value: v["value"].as_f64().unwrap_or(f64::NAN),
+            count: v["count"].as_u64()?,
+        })
+    }
+}
+
+/// Names in first-seen order, each once.
+fn unique<'a>(it: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut seen = std::collections::BTreeSet::new();
+    it.filter(|x| seen.insert(*x)).collect()
 }
 
 struct Plan {
@@ -307,11 +330,11 @@ fn passkey(
         .iter()
         .zip(&accs)
         .map(|(c, a)| Row {
-            task: "passkey",
-            method: c.method,
+            task: "passkey".into(),
+            method: c.method.into(),
             param: c.param,
             sparsity: a.sparsity(),
-            metric: "accuracy",
+            metric: "accuracy".into(),
             value: a.sum / a.count.max(1) as f64,
             count: a.count,
         })
@@ -396,11 +419,11 @@ fn fidelity(
             .enumerate()
         {
             rows.push(Row {
-                task: "fidelity",
-                method: c.method,
+                task: "fidelity".into(),
+                method: c.method.into(),
                 param: c.param,
                 sparsity,
-                metric,
+                metric: metric.into(),
                 value: sums[k] / (*count).max(1) as f64,
                 count: *count,
             });
@@ -449,13 +472,8 @@ fn write_outputs(dir: &Path, task: &str, rows: &[Row], summary: &mut String) -> 
         dir.join(format!("{task}.json")),
         serde_json::to_string_pretty(&json_rows)?,
     )?;
-    let mut metrics: Vec<&str> = rows.iter().map(|r| r.metric).collect();
-    metrics.dedup();
-    for metric in metrics {
-        let mut methods: Vec<&str> = rows.iter().map(|r| r.method).collect();
-        methods.dedup();
-        let mut seen = std::collections::BTreeSet::new();
-        methods.retain(|m| seen.insert(*m));
+    for metric in unique(rows.iter().map(|r| r.metric.as_str())) {
+        let methods = unique(rows.iter().map(|r| r.method.as_str()));
         let series: Vec<Series> = methods
             .iter()
             .map(|m| Series {
@@ -513,6 +531,28 @@ pub fn run(a: Args) -> CliResult<()> {
         "fidelity" => (false, true),
         t => return fail(format!("--task {t:?}: use passkey, fidelity or all")),
     };
+    if a.replot {
+        let mut summary = String::new();
+        for (task, wanted) in [("passkey", do_passkey), ("fidelity", do_fidelity)] {
+            let path = a.out_dir.join(format!("{task}.json"));
+            if !wanted || !path.exists() {
+                continue;
+            }
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let v: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+            let rows: Option<Vec<Row>> = v
+                .as_array()
+                .map(|a| a.iter().filter_map(Row::from_json).collect());
+            let rows =
+                rows.ok_or_else(|| format!("{}: not an array of eval rows", path.display()))?;
+            write_outputs(&a.out_dir, task, &rows, &mut summary)?;
+        }
+        std::fs::write(a.out_dir.join("summary.md"), &summary)?;
+        println!("{summary}");
+        return Ok(());
+    }
     let model = load_model(&a.model)?;
     let corpus = Corpus::load(a.corpus.as_deref())?;
     let window = WindowConfig::new(a.sink, a.local)?;
