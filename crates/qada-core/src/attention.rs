@@ -113,27 +113,36 @@ pub fn fast_exp(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
-    if x < -87.0 {
-        return 0.0;
-    }
-    let n = (x * std::f32::consts::LOG2_E + MAGIC) - MAGIC;
-    let r = (x - n * LN2_HI) - n * LN2_LO;
+    // branch-free so that loops over it vectorize: clamp, compute, then select
+    let xc = x.max(-87.0);
+    let n = (xc * std::f32::consts::LOG2_E + MAGIC) - MAGIC;
+    let r = (xc - n * LN2_HI) - n * LN2_LO;
     let p = 1.0
         + r * (1.0
             + r * (0.5
-                + r * (1.0 / 6.0
-                    + r * (1.0 / 24.0
-                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    f32::from_bits((p.to_bits() as i32).wrapping_add((n as i32) << 23) as u32)
+                + r * (1.0 / 6.0 + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    let v = f32::from_bits((p.to_bits() as i32).wrapping_add((n as i32) << 23) as u32);
+    if x < -87.0 {
+        0.0
+    } else {
+        v
+    }
 }
 
 /// `s_i <- exp(s_i - m)` for every score; returns their sum.
 pub fn exp_in_place(s: &mut [f32], m: f32) -> f32 {
-    let mut sum = 0.0f32;
     for x in s.iter_mut() {
         *x = fast_exp(*x - m);
-        sum += *x;
     }
+    let mut acc = [0.0f32; 8];
+    let chunks = s.chunks_exact(8);
+    let mut sum: f32 = chunks.remainder().iter().sum();
+    for c in chunks {
+        for k in 0..8 {
+            acc[k] += c[k];
+        }
+    }
+    sum += acc.iter().sum::<f32>();
     sum
 }
 
