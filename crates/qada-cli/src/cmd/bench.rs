@@ -38,6 +38,21 @@ pub struct Args {
     json: bool,
 }
 
+/// Read bandwidth with every thread: the best of 5 parallel sums over 512 MiB (bytes / s).
+fn read_bandwidth() -> f64 {
+    use rayon::prelude::*;
+    let buf: Vec<f32> = (0..(128usize << 20)).map(|i| (i % 7) as f32).collect();
+    let mut best = 0.0f64;
+    for _ in 0..5 {
+        let t0 = Instant::now();
+        let s: f32 = buf.par_chunks(1 << 16).map(|c| c.iter().sum::<f32>()).sum();
+        let secs = t0.elapsed().as_secs_f64();
+        std::hint::black_box(s);
+        best = best.max((buf.len() * 4) as f64 / secs);
+    }
+    best
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -78,6 +93,7 @@ pub fn run(a: Args) -> CliResult<()> {
     )?;
     let moments = a.criterion.moments(&model)?;
     let weight_bytes = model.weight_bytes_per_token() as f64;
+    let bandwidth = read_bandwidth();
     let pb = progress_bar((a.depth.len() * a.reps * 2) as u64, "bench");
     let mut results = Vec::new();
     for &depth in &a.depth {
@@ -136,6 +152,9 @@ pub fn run(a: Args) -> CliResult<()> {
             "dense_bytes_per_token": weight_bytes + kv_bytes[0],
             "adaptive_bytes_per_token": weight_bytes + kv_bytes[1],
             "weight_bytes_per_token": weight_bytes,
+            "read_bandwidth_bytes_per_s": bandwidth,
+            "dense_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[0]),
+            "adaptive_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[1]),
         }));
     }
     pb.finish_and_clear();
@@ -144,8 +163,11 @@ pub fn run(a: Args) -> CliResult<()> {
         return Ok(());
     }
     println!(
-        "decode tokens/s, median of {} runs of {} tokens (range); adaptive = {}",
-        a.reps, a.new_tokens, adaptive_name
+        "decode tokens/s, median of {} runs of {} tokens (range); adaptive = {}; read bandwidth {:.1} GB/s",
+        a.reps,
+        a.new_tokens,
+        adaptive_name,
+        bandwidth / 1e9
     );
     println!(
         "{:>6} | {:>22} | {:>22} | {:>7} | {:>8} | {:>9} | {:>9}",
@@ -161,8 +183,8 @@ pub fn run(a: Args) -> CliResult<()> {
             )
         };
         println!(
-            "{:>6} | {:>7.1} {:>14} | {:>7.1} {:>14} | {:>6.2}x | {:>8.3} | {:>9.1} | {:>9.1}",
-            r["depth"],
+            "{:>6} | {:>7.1} {:>14} | {:>7.1} {:>14} | {:>6.2}x | {:>8.3} | {:>9.1} | {:>9.1} | {:>9.1}",
+            r["depth"].as_u64().unwrap_or(0),
             f("dense_decode_tokens_per_s"),
             range("dense_range"),
             f("adaptive_decode_tokens_per_s"),
@@ -170,7 +192,8 @@ pub fn run(a: Args) -> CliResult<()> {
             f("speedup"),
             f("sparsity"),
             f("dense_bytes_per_token") / 1e6,
-            f("adaptive_bytes_per_token") / 1e6
+            f("adaptive_bytes_per_token") / 1e6,
+            f("dense_limit_tokens_per_s")
         );
     }
     Ok(())
