@@ -163,7 +163,21 @@ impl PromptArgs {
                 None => text,
             }
         };
+        warn_unrepresentable(tok, &wrapped);
         Ok(tok.encode(&wrapped)?)
+    }
+}
+
+/// Say on standard error when the text holds bytes the vocabulary cannot represent (encoding
+/// drops them, as the model's own tokenizer does).
+pub fn warn_unrepresentable(tok: &qada_model::Tokenizer, text: &str) {
+    let lost = tok.unrepresentable(text);
+    if let Some(&(at, b)) = lost.first() {
+        eprintln!(
+            "warning: {} byte(s) of the prompt have no token in this model's vocabulary and are \
+             dropped (first: byte {b:#04x} at offset {at})",
+            lost.len()
+        );
     }
 }
 

@@ -42,6 +42,9 @@ pub struct Tokenizer {
     add_bos: bool,
     chat: Option<ChatTemplate>,
     pre: String,
+    /// Bytes that have a token of their own (byte-level BPE needs one for every byte; some
+    /// vocabularies, SmolLM2's among them, lack a few, and such bytes are dropped by encoding).
+    byte_has_token: [bool; 256],
 }
 
 /// The GPT-2 byte-to-character table: printable bytes map to themselves, the rest to
@@ -162,6 +165,10 @@ impl Tokenizer {
                 token_bytes.push(bytes);
             }
         }
+        let mut byte_has_token = [false; 256];
+        for (b, c) in chars.iter().enumerate() {
+            byte_has_token[b] = vocab.contains_key(&c.to_string());
+        }
         let mut merges = Vec::with_capacity(merges_v.len());
         for (i, m) in merges_v.iter().enumerate() {
             let s = m
@@ -220,6 +227,7 @@ impl Tokenizer {
                 .unwrap_or(false),
             chat,
             pre,
+            byte_has_token,
         })
     }
 
@@ -235,6 +243,15 @@ impl Tokenizer {
         }
         ids.extend_from_slice(enc.get_ids());
         Ok(ids)
+    }
+
+    /// The bytes of `text` that no token can represent: [`Tokenizer::encode`] drops them (as the
+    /// model's own tokenizer does), so callers can say so. Returns `(byte offset, byte)`.
+    pub fn unrepresentable(&self, text: &str) -> Vec<(usize, u8)> {
+        text.bytes()
+            .enumerate()
+            .filter(|&(_, b)| !self.byte_has_token[b as usize])
+            .collect()
     }
 
     /// The bytes a token stands for (the text of a special token).

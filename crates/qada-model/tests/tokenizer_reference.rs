@@ -76,3 +76,15 @@ fn special_tokens_and_eos_come_from_the_file() {
     assert_eq!(tok.encode("<|im_end|>").unwrap(), vec![2]);
     assert_eq!(tok.encode("").unwrap(), Vec::<u32>::new());
 }
+
+/// Found by fuzzing: SmolLM2's vocabulary has no token for some control bytes (0x14 here), so
+/// encoding drops them, as the model's own tokenizer does; `unrepresentable` reports them.
+#[test]
+fn bytes_without_a_token_are_dropped_and_reported() {
+    let tok = tokenizer();
+    let text = "Hel wörld 123\u{14}5 <|im_start|>user\nhi";
+    let ids = tok.encode(text).unwrap();
+    assert_eq!(tok.decode(&ids), text.replace('\u{14}', ""));
+    assert_eq!(tok.unrepresentable(text), vec![(14, 0x14)]);
+    assert!(tok.unrepresentable("plain text, ½ ² ٣ 日本").is_empty());
+}

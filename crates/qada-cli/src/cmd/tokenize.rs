@@ -24,6 +24,7 @@ pub fn run(a: Args) -> CliResult<()> {
     let f = GgufFile::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let tok = Tokenizer::from_gguf(&f)?;
     let text = a.prompt.text()?;
+    crate::common::warn_unrepresentable(&tok, &text);
     let ids = tok.encode(&text)?;
     if a.json {
         let tokens: Vec<String> = ids
