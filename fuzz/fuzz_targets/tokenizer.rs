@@ -30,7 +30,8 @@ fuzz_target!(|data: &[u8]| {
         for &(at, _) in lost.iter().rev() {
             expected.remove(at);
         }
-        assert_eq!(tok.decode(&ids).as_bytes(), expected.as_slice());
+        // (decoding is lossy where a dropped lead byte leaves continuation bytes behind)
+        assert_eq!(tok.decode(&ids), String::from_utf8_lossy(&expected));
     }
     // arbitrary ids, two bytes each, streamed
     let mut dec = StreamDecoder::new();
