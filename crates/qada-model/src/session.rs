@@ -229,6 +229,18 @@ impl<'m> Session<'m> {
         Ok(self.cache.set_moments_mode(mode)?)
     }
 
+    /// Forget the sequence and decode the next one with `criterion` and `moments` (a session
+    /// reused across configurations otherwise keeps the last one's).
+    pub fn start_over(
+        &mut self,
+        criterion: Box<dyn LocalityCriterion>,
+        moments: MomentsMode,
+    ) -> Result<()> {
+        self.reset();
+        self.set_criterion(criterion);
+        self.set_moments_mode(moments)
+    }
+
     /// Forget the sequence (keeps allocations and the criterion).
     pub fn reset(&mut self) {
         self.cache.clear();

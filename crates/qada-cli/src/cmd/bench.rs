@@ -98,9 +98,7 @@ pub fn run(a: Args) -> CliResult<()> {
     let mut results = Vec::new();
     for &depth in &a.depth {
         let prompt = &all[..depth.max(1)];
-        session.reset();
-        session.set_criterion(Box::new(Dense));
-        session.set_moments_mode(MomentsMode::Update)?;
+        session.start_over(Box::new(Dense), MomentsMode::Update)?;
         session.prefill(prompt, &mut |_, _| {})?;
         let cp = session.checkpoint();
         let mut speeds = [Vec::new(), Vec::new()];

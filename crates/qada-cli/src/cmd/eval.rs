@@ -299,9 +299,7 @@ fn passkey(
                 ids.extend_from_slice(&needle);
                 ids.extend_from_slice(&hay[at..]);
                 ids.extend_from_slice(&suffix);
-                session.reset();
-                session.set_criterion(Box::new(Dense));
-                session.set_moments_mode(MomentsMode::Update)?;
+                session.start_over(Box::new(Dense), MomentsMode::Update)?;
                 session.prefill(&ids, &mut |_, _| {})?;
                 let cp = session.checkpoint();
                 for (c, acc) in cfgs.iter().zip(accs.iter_mut()) {
@@ -380,9 +378,7 @@ fn fidelity(
         if ids.len() < t + n + 1 {
             return fail("the evaluation corpus is too short for --fidelity length");
         }
-        session.reset();
-        session.set_criterion(Box::new(Dense));
-        session.set_moments_mode(MomentsMode::Update)?;
+        session.start_over(Box::new(Dense), MomentsMode::Update)?;
         session.prefill(&ids[..t], &mut |_, _| {})?;
         let cp = session.checkpoint();
         // dense reference log-probabilities at each teacher-forced step
