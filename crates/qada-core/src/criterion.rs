@@ -149,8 +149,8 @@ impl<C: LocalityCriterion + ?Sized> LocalityCriterion for Box<C> {
     }
 }
 
-/// Check the query length against the moments and keys; shared by the criteria.
-pub(crate) fn check_input(input: &HeadInput<'_>) -> Result<()> {
+/// Check the query length against the moments; shared by the criteria.
+fn check_input(input: &HeadInput<'_>) -> Result<()> {
     let d = input.query.len();
     if input.bulk_moments.dim() != d {
         return Err(CoreError::DimensionMismatch {
@@ -162,22 +162,30 @@ pub(crate) fn check_input(input: &HeadInput<'_>) -> Result<()> {
     Ok(())
 }
 
-/// The decision of an adaptive criterion from the two log masses: local iff
-/// `log_local - lse(log_local, log_bulk) >= ln tau`; with no bulk, local with share 1. A share
-/// that is NaN or `+inf` (non-finite scores or moments) is reported as NaN and never local.
-pub(crate) fn from_masses(tau: Tau, bulk_len: usize, log_local: f64, log_bulk: f64) -> Decision {
-    if bulk_len == 0 {
-        return Decision {
+/// The decision of an adaptive criterion, which differ only in how they get `ln A_bulk`:
+/// local iff `lse(s_I) - lse(lse(s_I), ln A_bulk) >= ln tau`; with no bulk, local with share 1.
+/// A share that is NaN or `+inf` (non-finite scores or moments) is reported as NaN and never
+/// local.
+pub(crate) fn decide_adaptive(
+    tau: Tau,
+    input: &HeadInput<'_>,
+    log_bulk_mass: impl FnOnce(&HeadInput<'_>) -> Result<f64>,
+) -> Result<Decision> {
+    check_input(input)?;
+    if input.bulk_len == 0 {
+        return Ok(Decision {
             local: true,
             log_local_share: Some(0.0),
-        };
+        });
     }
+    let log_bulk = log_bulk_mass(input)?;
+    let log_local = crate::lse::lse(input.local_scores);
     let mut share = crate::lse::log_local_share(log_local, log_bulk);
     if share.is_nan() || share == f64::INFINITY {
         share = f64::NAN;
     }
-    Decision {
+    Ok(Decision {
         local: tau.is_local(share),
         log_local_share: Some(share),
-    }
+    })
 }

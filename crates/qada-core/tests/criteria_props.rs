@@ -150,19 +150,7 @@ proptest! {
 
 #[test]
 fn huge_scores_give_finite_shares() {
-    let d = 4;
-    let q = [50.0f32, -50.0, 50.0, -50.0];
-    // row r is +-q (sign alternating every third row): scores are exactly +-1e4
-    let keys: Vec<f32> = (0..300 * d)
-        .map(|i| {
-            if (i / d) % 3 == 0 {
-                q[i % d]
-            } else {
-                -q[i % d]
-            }
-        })
-        .collect();
-    let h = Head::new(d, 4, 32, keys.clone(), keys);
+    let (q, h) = common::extreme_head(None);
     let ls = local_scores(&h, &q, 1.0);
     assert!(ls.iter().all(|s| s.abs() == 1e4));
     let inp = input(&h, &q, 1.0, &ls);

@@ -10,12 +10,12 @@
 use std::path::PathBuf;
 
 use clap::Subcommand;
-use qada_core::analysis::probe_layer;
-use qada_core::{Decision, Dense, KvSegments, StaticCalibrator, StaticTable, Tau};
+use qada_core::{Dense, StaticCalibrator, StaticTable, Tau};
 use qada_kv::{MomentsMode, WindowConfig};
-use qada_model::{Model, Result as ModelResult, Session, SessionOptions, StepObserver};
+use qada_model::{Model, Session, SessionOptions};
 use qada_stats::MomentTable;
 
+use super::analyze::Prober;
 use crate::common::{fail, load_model, progress_bar, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part};
 
@@ -180,28 +180,6 @@ fn moments(a: MomentsArgs) -> CliResult<()> {
     Ok(())
 }
 
-struct Labeler<'a> {
-    cal: &'a mut StaticCalibrator,
-    tau: Tau,
-}
-
-impl StepObserver for Labeler<'_> {
-    fn observe_layer(
-        &mut self,
-        layer: usize,
-        q: &[f32],
-        kv: &[KvSegments<'_>],
-        scale: f32,
-        _d: &[Decision],
-    ) -> ModelResult<()> {
-        for p in probe_layer(layer, q, kv, scale)? {
-            self.cal
-                .observe(p.layer, p.head, p.oracle_local(self.tau))?;
-        }
-        Ok(())
-    }
-}
-
 /// Oracle labels at `tau` over the last `steps` positions of every prompt (teacher-forced).
 pub fn static_table(
     model: &Model,
@@ -226,8 +204,11 @@ pub fn static_table(
         let (head, tail) = ids.split_at(ids.len() - steps);
         session.prefill(head, &mut |n, _| pb.set_position((done + n) as u64))?;
         for (i, &t) in tail.iter().enumerate() {
-            let mut obs = Labeler { cal: &mut cal, tau };
-            session.step_observed(t, Some(&mut obs))?;
+            let mut prober = Prober::default();
+            session.step_observed(t, Some(&mut prober))?;
+            for p in &prober.probes {
+                cal.observe(p.layer, p.head, p.oracle_local(tau))?;
+            }
             pb.set_position((done + head.len() + i + 1) as u64);
         }
         done += ids.len();

@@ -7,8 +7,7 @@
 
 use qada_stats::GaussianScore;
 
-use crate::criterion::{check_input, from_masses};
-use crate::lse::lse;
+use crate::criterion::decide_adaptive;
 use crate::{Decision, HeadInput, LocalityCriterion, Result, Tau};
 
 /// The query-adaptive approximate criterion.
@@ -40,17 +39,7 @@ impl Approx {
 
 impl LocalityCriterion for Approx {
     fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
-        check_input(input)?;
-        if input.bulk_len == 0 {
-            return Ok(from_masses(self.tau, 0, 0.0, 0.0));
-        }
-        let log_bulk = Self::log_bulk_mass(input)?;
-        Ok(from_masses(
-            self.tau,
-            input.bulk_len,
-            lse(input.local_scores),
-            log_bulk,
-        ))
+        decide_adaptive(self.tau, input, Self::log_bulk_mass)
     }
     fn name(&self) -> &str {
         "approx"

@@ -4,8 +4,8 @@
 //! `A_local / (A_local + A_bulk) >= tau`, computed as `lse(s_I) - lse(s) >= ln tau`.
 
 use crate::attention::scores;
-use crate::criterion::{check_input, from_masses};
-use crate::lse::{lse, lse_many};
+use crate::criterion::decide_adaptive;
+use crate::lse::lse_many;
 use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
 
 /// Exact adaptive criterion. It reads every bulk key, so it saves nothing: a tool of analysis
@@ -44,17 +44,7 @@ impl Oracle {
 
 impl LocalityCriterion for Oracle {
     fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
-        check_input(input)?;
-        if input.bulk_len == 0 {
-            return Ok(from_masses(self.tau, 0, 0.0, 0.0));
-        }
-        let log_bulk = Self::log_bulk_mass(input)?;
-        Ok(from_masses(
-            self.tau,
-            input.bulk_len,
-            lse(input.local_scores),
-            log_bulk,
-        ))
+        decide_adaptive(self.tau, input, Self::log_bulk_mass)
     }
     fn name(&self) -> &str {
         "oracle"

@@ -76,3 +76,21 @@ pub fn scores_f64(q: &[f32], keys: &[f32], scale: f32) -> Vec<f64> {
         })
         .collect()
 }
+
+/// A head whose keys are `+-q` (sign flipping every third row), so that with scale 1 every
+/// score is exactly `+-|q|^2` (1e4 for the query returned).
+pub fn extreme_head(values: Option<Vec<f32>>) -> ([f32; 4], Head) {
+    let d = 4;
+    let q = [50.0f32, -50.0, 50.0, -50.0];
+    let keys: Vec<f32> = (0..300 * d)
+        .map(|i| {
+            if (i / d) % 3 == 0 {
+                q[i % d]
+            } else {
+                -q[i % d]
+            }
+        })
+        .collect();
+    let values = values.unwrap_or_else(|| keys.clone());
+    (q, Head::new(d, 4, 32, keys, values))
+}
