@@ -231,7 +231,7 @@ pub fn generate(
     prompt: &[u32],
     cfg: &GenerateConfig,
     on_text: &mut dyn FnMut(&str),
-    progress: &mut dyn FnMut(usize, usize),
+    progress: &mut (dyn FnMut(usize, usize) + Send),
 ) -> Result<Generation> {
     let mut sampler = Sampler::new(cfg.sampling.clone())?;
     let tok = &session.model().tokenizer;

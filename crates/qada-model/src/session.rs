@@ -267,7 +267,7 @@ impl<'m> Session<'m> {
     pub fn prefill(
         &mut self,
         tokens: &[u32],
-        progress: &mut dyn FnMut(usize, usize),
+        progress: &mut (dyn FnMut(usize, usize) + Send),
     ) -> Result<&[f32]> {
         if tokens.is_empty() {
             return Err(ModelError::Input(
@@ -300,15 +300,17 @@ impl<'m> Session<'m> {
     fn prefill_hidden(
         &mut self,
         tokens: &[u32],
-        progress: &mut dyn FnMut(usize, usize),
+        progress: &mut (dyn FnMut(usize, usize) + Send),
     ) -> Result<Vec<f32>> {
-        self.prefill_blocks(tokens, progress, None)
+        // On a worker of rayon's pool, as [`Session::step_observed`] explains.
+        let this = &mut *self;
+        rayon::scope(move |_| this.prefill_blocks(tokens, progress, None))
     }
 
     fn prefill_blocks(
         &mut self,
         tokens: &[u32],
-        progress: &mut dyn FnMut(usize, usize),
+        progress: &mut (dyn FnMut(usize, usize) + Send),
         mut trace: Option<&mut Vec<Vec<f32>>>,
     ) -> Result<Vec<f32>> {
         let model = self.model;
@@ -448,8 +450,21 @@ impl<'m> Session<'m> {
     pub fn step_observed(
         &mut self,
         token: u32,
-        mut observer: Option<&mut dyn StepObserver>,
+        observer: Option<&mut (dyn StepObserver + Send)>,
     ) -> Result<&[f32]> {
+        // The whole step runs on a worker of rayon's pool: its parallel loops (about eight per
+        // layer) then hand work to the other workers directly instead of each waking the pool
+        // from outside and putting this thread to sleep until it finishes.
+        let this = &mut *self;
+        rayon::scope(move |_| this.step_inner(token, observer))?;
+        Ok(&self.logits)
+    }
+
+    fn step_inner(
+        &mut self,
+        token: u32,
+        mut observer: Option<&mut (dyn StepObserver + Send)>,
+    ) -> Result<()> {
         self.check_room(1)?;
         if !self.prefilled {
             return Err(ModelError::Input(
@@ -517,6 +532,6 @@ impl<'m> Session<'m> {
         rms_norm(&self.x, &model.output_norm, c.rms_eps, &mut self.xb);
         self.acts.quantize(&self.xb);
         model.output_head().matvec(&self.acts, &mut self.logits);
-        Ok(&self.logits)
+        Ok(())
     }
 }

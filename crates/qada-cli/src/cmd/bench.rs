@@ -168,8 +168,16 @@ pub fn run(a: Args) -> CliResult<()> {
         bandwidth / 1e9
     );
     println!(
-        "{:>6} | {:>22} | {:>22} | {:>7} | {:>8} | {:>9} | {:>9}",
-        "depth", "dense", "adaptive", "speedup", "sparsity", "MB/tok d", "MB/tok a"
+        "{:>6} | {:>22} | {:>22} | {:>7} | {:>8} | {:>9} | {:>9} | {:>9} | {:>9}",
+        "depth",
+        "dense",
+        "adaptive",
+        "speedup",
+        "sparsity",
+        "MB/tok d",
+        "MB/tok a",
+        "limit d",
+        "limit a"
     );
     for r in &results {
         let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
@@ -181,7 +189,7 @@ pub fn run(a: Args) -> CliResult<()> {
             )
         };
         println!(
-            "{:>6} | {:>7.1} {:>14} | {:>7.1} {:>14} | {:>6.2}x | {:>8.3} | {:>9.1} | {:>9.1} | {:>9.1}",
+            "{:>6} | {:>7.1} {:>14} | {:>7.1} {:>14} | {:>6.2}x | {:>8.3} | {:>9.1} | {:>9.1} | {:>9.1} | {:>9.1}",
             r["depth"].as_u64().unwrap_or(0),
             f("dense_decode_tokens_per_s"),
             range("dense_range"),
@@ -191,7 +199,8 @@ pub fn run(a: Args) -> CliResult<()> {
             f("sparsity"),
             f("dense_bytes_per_token") / 1e6,
             f("adaptive_bytes_per_token") / 1e6,
-            f("dense_limit_tokens_per_s")
+            f("dense_limit_tokens_per_s"),
+            f("adaptive_limit_tokens_per_s")
         );
     }
     Ok(())
