@@ -14,6 +14,42 @@ use rayon::prelude::*;
 use qada_stats::Rows;
 
 use crate::attention::{exp_in_place, scores, Elem, KvSegments};
+
+/// The KV heads of one layer as attention reads them: a slice of [`KvSegments`], or a view
+/// that borrows them from a cache on demand (so a decoding step needs no list of its own).
+pub trait LayerKv: Sync {
+    /// KV heads in the layer.
+    fn n_kv_heads(&self) -> usize;
+    /// KV head `g < n_kv_heads()`.
+    fn segments(&self, g: usize) -> KvSegments<'_>;
+}
+
+impl LayerKv for [KvSegments<'_>] {
+    fn n_kv_heads(&self) -> usize {
+        self.len()
+    }
+    fn segments(&self, g: usize) -> KvSegments<'_> {
+        self[g]
+    }
+}
+
+impl<const N: usize> LayerKv for [KvSegments<'_>; N] {
+    fn n_kv_heads(&self) -> usize {
+        N
+    }
+    fn segments(&self, g: usize) -> KvSegments<'_> {
+        self[g]
+    }
+}
+
+impl LayerKv for Vec<KvSegments<'_>> {
+    fn n_kv_heads(&self) -> usize {
+        self.len()
+    }
+    fn segments(&self, g: usize) -> KvSegments<'_> {
+        self[g]
+    }
+}
 use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result};
 
 /// Bulk rows per parallel task.
@@ -106,8 +142,8 @@ fn merge(a: &mut Partial, b: &Partial) {
     a.m = m;
 }
 
-fn run_task(t: &mut Task, queries: &[f32], kv: &[KvSegments<'_>], scale: f32, d: usize) {
-    let k = &kv[t.group];
+fn run_task<K: LayerKv + ?Sized>(t: &mut Task, queries: &[f32], kv: &K, scale: f32, d: usize) {
+    let k = kv.segments(t.group);
     let (r0, r1) = t.rows;
     match (k.bulk_keys.slice(r0, r1, d), k.bulk_values.slice(r0, r1, d)) {
         (Rows::F32(keys), Rows::F32(values)) => run_task_typed(t, queries, keys, values, scale, d),
@@ -126,35 +162,33 @@ fn run_task_typed<T: Elem>(
 ) {
     let n = keys.len() / d;
     let nh = t.heads.len();
-    t.scores.resize(nh * n, 0.0);
+    let scores = &mut t.scores[..nh * n];
     // scores of every long head, one pass over the keys
     for (i, key) in keys.chunks_exact(d).enumerate() {
         for (j, &h) in t.heads.iter().enumerate() {
-            t.scores[j * n + i] = scale * T::dot(&queries[h * d..(h + 1) * d], key);
+            scores[j * n + i] = scale * T::dot(&queries[h * d..(h + 1) * d], key);
         }
     }
-    t.partials.resize(
-        nh,
-        Partial {
+    // Partials are never dropped (a shorter list would free them and the next step would
+    // allocate them again); the first `nh` are this step's.
+    while t.partials.len() < nh {
+        t.partials.push(Partial {
             m: 0.0,
             l: 0.0,
-            acc: Vec::new(),
-        },
-    );
-    for p in t.partials.iter_mut() {
+            acc: Vec::with_capacity(d),
+        });
+    }
+    let partials = &mut t.partials[..nh];
+    // per head: its max, then the weights exp(s - m) in place of the scores
+    for (p, s) in partials.iter_mut().zip(scores.chunks_exact_mut(n)) {
         p.reset(d);
+        p.m = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        p.l = exp_in_place(s, p.m);
     }
-    // weighted values: per head, its max first, then one pass over the values for all heads
-    for (j, p) in t.partials.iter_mut().enumerate() {
-        p.m = t.scores[j * n..(j + 1) * n]
-            .iter()
-            .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-    }
+    // one pass over the values for all heads
     for (i, v) in values.chunks_exact(d).enumerate() {
-        for (j, p) in t.partials.iter_mut().enumerate() {
-            let w = (t.scores[j * n + i] - p.m).exp();
-            p.l += w;
-            T::axpy(&mut p.acc, w, v);
+        for (j, p) in partials.iter_mut().enumerate() {
+            T::axpy(&mut p.acc, scores[j * n + i], v);
         }
     }
 }
@@ -162,22 +196,22 @@ fn run_task_typed<T: Elem>(
 /// Attention of one layer at one step.
 ///
 /// - `queries`: `n_heads x d` rotated queries.
-/// - `kv`: one [`KvSegments`] per KV head.
+/// - `kv`: the layer's KV heads (a slice of [`KvSegments`], or a view of a cache).
 /// - `out`: `n_heads x d` attention outputs.
 /// - `decisions`: one per query head, written here.
 #[allow(clippy::too_many_arguments)]
-pub fn attend_layer<C: LocalityCriterion + ?Sized>(
+pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
     criterion: &C,
     layer: usize,
     queries: &[f32],
-    kv: &[KvSegments<'_>],
+    kv: &K,
     scale: f32,
     scratch: &mut LayerScratch,
     out: &mut [f32],
     decisions: &mut [Decision],
 ) -> Result<()> {
-    let n_kv = kv.len();
-    let d = kv.first().map_or(0, |k| k.dim);
+    let n_kv = kv.n_kv_heads();
+    let d = if n_kv == 0 { 0 } else { kv.segments(0).dim };
     let n_heads = decisions.len();
     if n_kv == 0 || d == 0 || n_heads % n_kv != 0 || n_heads / n_kv > 64 {
         return Err(CoreError::DimensionMismatch {
@@ -195,8 +229,9 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized>(
             });
         }
     }
-    let local_len = kv[0].local_len();
-    for k in kv {
+    let local_len = kv.segments(0).local_len();
+    for g in 0..n_kv {
+        let k = kv.segments(g);
         k.validate()?;
         if k.dim != d || k.local_len() != local_len {
             return Err(CoreError::DimensionMismatch {
@@ -210,7 +245,8 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized>(
 
     // 1. local scores of every head, one pass over each group's sink and window keys.
     scratch.local_scores.resize(n_heads * local_len, 0.0);
-    for (g, k) in kv.iter().enumerate() {
+    for g in 0..n_kv {
+        let k = kv.segments(g);
         let ns = k.sink_keys.n_rows(d);
         for h in g * group..(g + 1) * group {
             let q = &queries[h * d..(h + 1) * d];
@@ -222,7 +258,7 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized>(
 
     // 2. decide, head by head.
     for h in 0..n_heads {
-        let k = &kv[h / group];
+        let k = kv.segments(h / group);
         let input = HeadInput {
             layer,
             head: h,
@@ -241,7 +277,8 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized>(
 
     // 3. bulk chunks of groups with a long head, in parallel.
     let mut n_tasks = 0;
-    for (g, k) in kv.iter().enumerate() {
+    for g in 0..n_kv {
+        let k = kv.segments(g);
         let long: usize = (g * group..(g + 1) * group)
             .filter(|&h| !decisions[h].local)
             .count();
@@ -258,6 +295,10 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized>(
             t.group = g;
             t.rows = (r, (r + CHUNK).min(bulk));
             t.heads.clear();
+            t.heads.reserve(group);
+            if t.scores.len() < group * CHUNK {
+                t.scores.resize(group * CHUNK, 0.0);
+            }
             t.heads
                 .extend((g * group..(g + 1) * group).filter(|&h| !decisions[h].local));
             n_tasks += 1;
@@ -276,13 +317,13 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized>(
     }
 
     // 4. local state per head, merged with its bulk partials.
-    let mut state = scratch.state.take().unwrap_or(Partial {
+    let mut state = scratch.state.take().unwrap_or_else(|| Partial {
         m: f32::NEG_INFINITY,
         l: 0.0,
         acc: Vec::with_capacity(d),
     });
     for h in 0..n_heads {
-        let k = &kv[h / group];
+        let k = kv.segments(h / group);
         let ns = k.sink_keys.n_rows(d);
         state.reset(d);
         let s = &scratch.local_scores[h * local_len..(h + 1) * local_len];

@@ -23,7 +23,7 @@ mod error;
 pub mod lse;
 
 pub use accounting::{Accounting, HeadCounts};
-pub use adaptive::{attend_layer, LayerScratch};
+pub use adaptive::{attend_layer, LayerKv, LayerScratch};
 pub use attention::KvSegments;
 pub use criteria::{
     approx::Approx,

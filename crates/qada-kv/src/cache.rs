@@ -540,13 +540,7 @@ impl KvCache {
 
     /// Borrow one layer and KV head.
     pub fn head(&self, layer: usize, kv_head: usize) -> Result<HeadView<'_>> {
-        if layer >= self.shape.n_layers {
-            return Err(KvError::OutOfRange {
-                what: "layer",
-                index: layer,
-                count: self.shape.n_layers,
-            });
-        }
+        let view = self.layer(layer)?;
         if kv_head >= self.shape.n_kv_heads {
             return Err(KvError::OutOfRange {
                 what: "KV head",
@@ -554,14 +548,52 @@ impl KvCache {
                 count: self.shape.n_kv_heads,
             });
         }
-        let s = &self.heads[layer * self.shape.n_kv_heads + kv_head];
-        Ok(HeadView {
+        Ok(view.head(kv_head))
+    }
+
+    /// Borrow one layer: its KV heads without a `Result` each (a decoding step asks for
+    /// every head of every layer).
+    pub fn layer(&self, layer: usize) -> Result<LayerView<'_>> {
+        if layer >= self.shape.n_layers {
+            return Err(KvError::OutOfRange {
+                what: "layer",
+                index: layer,
+                count: self.shape.n_layers,
+            });
+        }
+        Ok(LayerView { cache: self, layer })
+    }
+}
+
+/// One layer of a [`KvCache`] (see [`KvCache::layer`]).
+#[derive(Clone, Copy, Debug)]
+pub struct LayerView<'a> {
+    cache: &'a KvCache,
+    layer: usize,
+}
+
+impl<'a> LayerView<'a> {
+    /// KV heads in the layer.
+    pub fn n_kv_heads(&self) -> usize {
+        self.cache.shape.n_kv_heads
+    }
+
+    /// KV head `kv_head`; panics when `kv_head >= n_kv_heads()`, as slice indexing does.
+    pub fn head(&self, kv_head: usize) -> HeadView<'a> {
+        let c = self.cache;
+        assert!(
+            kv_head < c.shape.n_kv_heads,
+            "KV head {kv_head} of {}",
+            c.shape.n_kv_heads
+        );
+        let s = &c.heads[self.layer * c.shape.n_kv_heads + kv_head];
+        HeadView {
             keys: s.keys.rows(),
             values: s.values.rows(),
-            dim: self.shape.head_dim,
-            window: self.window,
+            dim: c.shape.head_dim,
+            window: c.window,
             bulk: &s.bulk,
             factored: s.factored.as_ref(),
-        })
+        }
     }
 }

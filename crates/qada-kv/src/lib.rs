@@ -17,7 +17,8 @@ mod error;
 mod window;
 
 pub use cache::{
-    CacheCheckpoint, CacheShape, HeadView, KvCache, KvDtype, MomentsMode, Segment, FACTOR_TOLERANCE,
+    CacheCheckpoint, CacheShape, HeadView, KvCache, KvDtype, LayerView, MomentsMode, Segment,
+    FACTOR_TOLERANCE,
 };
 pub use error::{KvError, Result};
 pub use window::{Split, WindowConfig};

@@ -1,7 +1,11 @@
 //! Running the model: dense prefill in blocks, then one adaptive decoding step per token.
 
-use qada_core::{attend_layer, Accounting, Decision, KvSegments, LayerScratch, LocalityCriterion};
-use qada_kv::{CacheCheckpoint, CacheShape, HeadView, KvCache, KvDtype, MomentsMode, WindowConfig};
+use qada_core::{
+    attend_layer, Accounting, Decision, KvSegments, LayerKv, LayerScratch, LocalityCriterion,
+};
+use qada_kv::{
+    CacheCheckpoint, CacheShape, HeadView, KvCache, KvDtype, LayerView, MomentsMode, WindowConfig,
+};
 use qada_stats::Rows;
 use rayon::prelude::*;
 
@@ -107,6 +111,18 @@ pub fn segments<'a>(v: &HeadView<'a>) -> KvSegments<'a> {
         window_keys: w.keys,
         window_values: w.values,
         bulk_moments: v.bulk_distribution(),
+    }
+}
+
+/// A cache layer as attention reads it: segments borrowed head by head, no list per step.
+struct CacheLayer<'a>(LayerView<'a>);
+
+impl LayerKv for CacheLayer<'_> {
+    fn n_kv_heads(&self) -> usize {
+        self.0.n_kv_heads()
+    }
+    fn segments(&self, g: usize) -> KvSegments<'_> {
+        segments(&self.0.head(g))
     }
 }
 
@@ -488,21 +504,19 @@ impl<'m> Session<'m> {
             rope_inplace(&mut self.q, d, &self.rope, style);
             rope_inplace(&mut self.k, d, &self.rope, style);
             self.cache.append(l, &self.k, &self.v)?;
-            let views: Vec<HeadView<'_>> = (0..c.n_kv_heads)
-                .map(|g| self.cache.head(l, g))
-                .collect::<std::result::Result<_, _>>()?;
-            let segs: Vec<KvSegments<'_>> = views.iter().map(segments).collect();
+            let layer = CacheLayer(self.cache.layer(l)?);
             attend_layer(
                 self.criterion.as_ref(),
                 l,
                 &self.q,
-                &segs,
+                &layer,
                 scale,
                 &mut self.layer_scratch,
                 &mut self.att,
                 &mut self.decisions,
             )?;
-            let split = views[0].split();
+            let head0 = layer.0.head(0);
+            let split = head0.split();
             let flops = self.criterion.decision_flops(d, split.bulk_len());
             self.accounting.record_layer(
                 l,
@@ -511,10 +525,12 @@ impl<'m> Session<'m> {
                 split.local_len(),
                 d,
                 c.n_kv_heads,
-                views[0].keys().elem_bytes(),
+                head0.keys().elem_bytes(),
                 flops,
             );
             if let Some(obs) = observer.as_deref_mut() {
+                let segs: Vec<KvSegments<'_>> =
+                    (0..c.n_kv_heads).map(|g| layer.segments(g)).collect();
                 obs.observe_layer(l, &self.q, &segs, scale, &self.decisions)?;
             }
             self.acts.quantize(&self.att);

@@ -98,14 +98,8 @@ impl KeyMoments {
         let n = self.count as f64;
         // delta = k - mu_old; the update of M2 uses delta delta^T (n - 1) / n, which equals
         // delta (k - mu_new)^T and stays exactly symmetric.
-        let mut delta = [0.0f64; 256];
-        let mut heap;
-        let delta: &mut [f64] = if d <= delta.len() {
-            &mut delta[..d]
-        } else {
-            heap = vec![0.0; d];
-            &mut heap
-        };
+        let (mut stack, mut heap) = ([0.0f64; STACK_DIM], Vec::new());
+        let delta = scratch(&mut stack, &mut heap, d);
         for ((dl, &k), mu) in delta.iter_mut().zip(key).zip(self.mean.iter_mut()) {
             *dl = k as f64 - *mu;
             *mu += *dl / n;
@@ -183,6 +177,13 @@ impl KeyMoments {
     pub fn push_rows_of(&mut self, keys: crate::Rows<'_>) -> Result<()> {
         match keys {
             crate::Rows::F32(x) => self.push_rows(x),
+            crate::Rows::F16(x) if x.len() == self.dim && x.len() <= 256 => {
+                // one row, as at every decoding step: converted on the stack
+                let mut row = [0.0f32; 256];
+                let row = &mut row[..x.len()];
+                row.iter_mut().zip(x).for_each(|(r, v)| *r = v.to_f32());
+                self.push(row)
+            }
             crate::Rows::F16(x) => {
                 let d = self.dim.max(1);
                 let mut buf = Vec::with_capacity(256 * d);
@@ -269,7 +270,9 @@ impl KeyMoments {
             return Ok(0.0);
         }
         let d = self.dim;
-        let q64: Vec<f64> = q.iter().map(|&x| x as f64).collect();
+        let (mut stack, mut heap) = ([0.0f64; STACK_DIM], Vec::new());
+        let q64 = scratch(&mut stack, &mut heap, d);
+        q64.iter_mut().zip(q).for_each(|(a, &b)| *a = b as f64);
         let mut total = 0.0;
         let mut off = 0;
         for i in 0..d {
@@ -302,6 +305,19 @@ impl KeyMoments {
             });
         }
         Ok(())
+    }
+}
+
+/// Head dimensions up to this use stack scratch in the per-token paths (no allocation).
+const STACK_DIM: usize = 256;
+
+/// `d` f64 of scratch: on the stack when `d <= STACK_DIM`, else in `heap`.
+fn scratch<'a>(stack: &'a mut [f64; STACK_DIM], heap: &'a mut Vec<f64>, d: usize) -> &'a mut [f64] {
+    if d <= STACK_DIM {
+        &mut stack[..d]
+    } else {
+        heap.resize(d, 0.0);
+        heap
     }
 }
 

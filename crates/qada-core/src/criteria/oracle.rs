@@ -5,7 +5,7 @@
 
 use crate::attention::scores;
 use crate::criterion::decide_adaptive;
-use crate::lse::lse_many;
+use crate::lse::{lse, lse2};
 use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
 
 /// Exact adaptive criterion. It reads every bulk key, so it saves nothing: a tool of analysis
@@ -36,9 +36,21 @@ impl Oracle {
                 found: input.bulk_keys.len(),
             });
         }
-        let mut s = vec![0.0f32; input.bulk_len];
-        scores(input.query, input.bulk_keys, input.scale, &mut s);
-        Ok(lse_many(&[&s]))
+        // streamed a block of rows at a time (no allocation), blocks combined in the log domain
+        let mut block = [0.0f32; 256];
+        let mut log_mass = f64::NEG_INFINITY;
+        for r0 in (0..input.bulk_len).step_by(block.len()) {
+            let r1 = (r0 + block.len()).min(input.bulk_len);
+            let s = &mut block[..r1 - r0];
+            scores(
+                input.query,
+                input.bulk_keys.slice(r0, r1, d),
+                input.scale,
+                s,
+            );
+            log_mass = lse2(log_mass, lse(s));
+        }
+        Ok(log_mass)
     }
 }
 

@@ -1,0 +1,106 @@
+//! The decode loop allocates nothing once warm: every buffer a step needs is scratch owned by
+//! the session, sized at the first steps.
+//!
+//! A counting global allocator sees every allocation of every thread of this test binary (the
+//! binary holds this one test, so nothing else runs beside it).
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use qada_core::{Approx, Dense, LocalityCriterion, Oracle};
+use qada_kv::{KvDtype, MomentsMode, WindowConfig};
+use qada_model::{LoadOptions, Model, Session, SessionOptions};
+
+struct Counting;
+
+static COUNTING: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if COUNTING.load(Ordering::Relaxed) {
+            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        }
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+/// Allocations made by `steps` decoding steps after `warm` warm-up steps.
+fn allocations_while_decoding(
+    model: &Model,
+    criterion: Box<dyn LocalityCriterion>,
+    kv_dtype: KvDtype,
+    prompt: &[u32],
+    warm: usize,
+    steps: usize,
+) -> usize {
+    let mut opts = SessionOptions::new(criterion, WindowConfig::new(4, 32).unwrap());
+    opts.moments = MomentsMode::Update;
+    opts.kv_dtype = kv_dtype;
+    opts.capacity = Some(prompt.len() + warm + steps + 1);
+    let mut session = Session::new(model, opts).unwrap();
+    session.prefill(prompt, &mut |_, _| {}).unwrap();
+    // Decoding from the calling thread: rayon queues the step's job in its injector, which
+    // allocates a block per 63 jobs; a caller that decodes on a rayon worker (as here) does
+    // not pay even that.
+    rayon::scope(|_| {
+        let mut next = 0u32;
+        for i in 0..warm + steps {
+            if i == warm {
+                ALLOCATIONS.store(0, Ordering::SeqCst);
+                COUNTING.store(true, Ordering::SeqCst);
+            }
+            let logits = session.step(next).unwrap();
+            next = argmax(logits);
+        }
+        COUNTING.store(false, Ordering::SeqCst);
+    });
+    ALLOCATIONS.load(Ordering::SeqCst)
+}
+
+fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[test]
+fn decoding_steps_allocate_nothing_once_warm() {
+    let model = Model::load(&common::model_path(), &LoadOptions::default()).unwrap();
+    // Long enough for a bulk (window 32) and for bulk chunks on both threads.
+    let text = "The quick brown fox jumps over the lazy dog while the band plays on. ".repeat(90);
+    let prompt = model.tokenizer.encode(&text).unwrap();
+    assert!(prompt.len() > 1100, "prompt of {} tokens", prompt.len());
+    let criteria: [(&str, fn() -> Box<dyn LocalityCriterion>); 3] = [
+        ("dense", || Box::new(Dense)),
+        ("approx", || Box::new(Approx::new(0.6).unwrap())),
+        ("oracle", || Box::new(Oracle::new(0.6).unwrap())),
+    ];
+    for (name, make) in criteria {
+        for dtype in [KvDtype::F32, KvDtype::F16] {
+            let n = allocations_while_decoding(&model, make(), dtype, &prompt, 4, 24);
+            assert_eq!(
+                n, 0,
+                "{name} with {dtype:?} K/V: {n} allocations in 24 steps"
+            );
+        }
+    }
+}
