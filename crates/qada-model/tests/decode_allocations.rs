@@ -82,6 +82,8 @@ fn argmax(x: &[f32]) -> u32 {
     best as u32
 }
 
+type MakeCriterion = fn() -> Box<dyn LocalityCriterion>;
+
 #[test]
 fn decoding_steps_allocate_nothing_once_warm() {
     let model = Model::load(&common::model_path(), &LoadOptions::default()).unwrap();
@@ -89,7 +91,7 @@ fn decoding_steps_allocate_nothing_once_warm() {
     let text = "The quick brown fox jumps over the lazy dog while the band plays on. ".repeat(90);
     let prompt = model.tokenizer.encode(&text).unwrap();
     assert!(prompt.len() > 1100, "prompt of {} tokens", prompt.len());
-    let criteria: [(&str, fn() -> Box<dyn LocalityCriterion>); 3] = [
+    let criteria: [(&str, MakeCriterion); 3] = [
         ("dense", || Box::new(Dense)),
         ("approx", || Box::new(Approx::new(0.6).unwrap())),
         ("oracle", || Box::new(Oracle::new(0.6).unwrap())),
