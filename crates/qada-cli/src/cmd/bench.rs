@@ -4,10 +4,15 @@
 //! dense and adaptive decoding alternate from the same checkpoint, `--reps` times each, and the
 //! median and range of tokens per second are reported with the sparsity reached, the speed-up
 //! and the bytes each decoded token reads (weights plus K/V).
+//!
+//! `--ceiling` adds one untimed run of the oracle at the same `tau`: the bytes a token would
+//! read if every head were labeled exactly, at no cost. `dense bytes / oracle bytes` bounds
+//! the speed-up any criterion of this family can reach at this `tau` on this model (decoding
+//! is memory-bound: both paths run near the same fraction of the read bandwidth).
 
 use std::time::Instant;
 
-use qada_core::Dense;
+use qada_core::{Dense, Oracle};
 use qada_kv::MomentsMode;
 use qada_model::{Sampler, SamplingParams, Session, SessionOptions};
 use serde_json::json;
@@ -33,6 +38,10 @@ pub struct Args {
     /// Folder of corpus speeches (default: the setup script's).
     #[arg(long)]
     corpus: Option<std::path::PathBuf>,
+    /// Also run the oracle at the same tau (untimed) and report the byte-bound ceiling of the
+    /// speed-up.
+    #[arg(long)]
+    ceiling: bool,
     /// Print one JSON object per depth, as an array.
     #[arg(long)]
     json: bool,
@@ -94,7 +103,8 @@ pub fn run(a: Args) -> CliResult<()> {
     let moments = a.criterion.moments(&model)?;
     let weight_bytes = model.weight_bytes_per_token() as f64;
     let bandwidth = read_bandwidth();
-    let pb = progress_bar((a.depth.len() * a.reps * 2) as u64, "bench");
+    let runs_per_depth = a.reps * 2 + usize::from(a.ceiling);
+    let pb = progress_bar((a.depth.len() * runs_per_depth) as u64, "bench");
     let mut results = Vec::new();
     for &depth in &a.depth {
         let prompt = &all[..depth.max(1)];
@@ -139,7 +149,27 @@ pub fn run(a: Args) -> CliResult<()> {
             speeds[1].iter().cloned().fold(0.0, f64::max),
         );
         let (dense, adaptive) = (median(&mut speeds[0]), median(&mut speeds[1]));
-        results.push(json!({
+        let ceiling = if a.ceiling {
+            session.restore(&cp)?;
+            session.set_criterion(Box::new(Oracle::new(a.criterion.tau)?));
+            let mut sampler = Sampler::new(SamplingParams::default())?;
+            let mut next = sampler.sample(session.logits())?;
+            for _ in 0..a.new_tokens {
+                next = sampler.sample(session.step(next)?)?;
+            }
+            pb.inc(1);
+            let acc = session.accounting();
+            let bytes = weight_bytes + acc.kv_bytes / a.new_tokens as f64;
+            json!({
+                "oracle_sparsity": acc.sparsity(),
+                "oracle_bytes_per_token": bytes,
+                "oracle_limit_tokens_per_s": bandwidth / bytes,
+                "ceiling_speedup": (weight_bytes + kv_bytes[0]) / bytes,
+            })
+        } else {
+            json!({})
+        };
+        let mut row = json!({
             "depth": depth,
             "dense_decode_tokens_per_s": dense,
             "dense_range": [lo_d, hi_d],
@@ -153,7 +183,11 @@ pub fn run(a: Args) -> CliResult<()> {
             "read_bandwidth_bytes_per_s": bandwidth,
             "dense_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[0]),
             "adaptive_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[1]),
-        }));
+        });
+        if let (Some(r), Some(c)) = (row.as_object_mut(), ceiling.as_object()) {
+            r.extend(c.clone());
+        }
+        results.push(row);
     }
     pb.finish_and_clear();
     if a.json {
@@ -202,6 +236,27 @@ pub fn run(a: Args) -> CliResult<()> {
             f("dense_limit_tokens_per_s"),
             f("adaptive_limit_tokens_per_s")
         );
+    }
+    if a.ceiling {
+        println!(
+            "oracle at tau {} (untimed): the bytes an exact, free criterion would read",
+            a.criterion.tau
+        );
+        println!(
+            "{:>6} | {:>8} | {:>9} | {:>9} | {:>16}",
+            "depth", "sparsity", "MB/tok o", "limit o", "ceiling speedup"
+        );
+        for r in &results {
+            let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+            println!(
+                "{:>6} | {:>8.3} | {:>9.1} | {:>9.1} | {:>15.2}x",
+                r["depth"].as_u64().unwrap_or(0),
+                f("oracle_sparsity"),
+                f("oracle_bytes_per_token") / 1e6,
+                f("oracle_limit_tokens_per_s"),
+                f("ceiling_speedup")
+            );
+        }
     }
     Ok(())
 }
