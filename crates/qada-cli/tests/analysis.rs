@@ -235,3 +235,51 @@ fn quick_eval_writes_rows_tables_and_plots() {
         assert!(is_png(&dir.join(f)), "{f}");
     }
 }
+
+#[test]
+fn bench_reports_speed_bytes_and_the_oracle_ceiling() {
+    let out = ok(&qada(&[
+        "bench",
+        "--depth",
+        "600",
+        "--new-tokens",
+        "4",
+        "--reps",
+        "1",
+        "--kv",
+        "f16",
+        "--criterion",
+        "window",
+        "--sink",
+        "4",
+        "--local",
+        "32",
+        "--ceiling",
+        "--json",
+    ]));
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let r = &rows[0];
+    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+    assert_eq!(r["depth"], 600);
+    assert!(f("dense_decode_tokens_per_s") > 0.0 && f("adaptive_decode_tokens_per_s") > 0.0);
+    let ratio = f("adaptive_decode_tokens_per_s") / f("dense_decode_tokens_per_s");
+    assert!((f("speedup") - ratio).abs() < 1e-9);
+    // the window labels every head local
+    assert_eq!(f("sparsity"), 1.0);
+    // K/V bytes: 30 layers x 3 KV heads x (keys + values) x 64 x 2 bytes, over T = 601..604
+    // cached positions (dense) or the 32 local ones (window)
+    let row_bytes = 30.0 * 3.0 * 2.0 * 64.0 * 2.0;
+    let w = f("weight_bytes_per_token");
+    let dense_kv = f("dense_bytes_per_token") - w;
+    assert!((dense_kv - row_bytes * 602.5).abs() < 1.0, "{dense_kv}");
+    assert!((f("adaptive_bytes_per_token") - w - row_bytes * 32.0).abs() < 1.0);
+    // the oracle reads at most what dense reads, at least what the window reads
+    let s = f("oracle_sparsity");
+    assert!((0.0..=1.0).contains(&s), "{s}");
+    assert!(f("oracle_bytes_per_token") <= f("dense_bytes_per_token"));
+    assert!(f("oracle_bytes_per_token") >= f("adaptive_bytes_per_token"));
+    let c = f("ceiling_speedup");
+    assert!(
+        (c - f("dense_bytes_per_token") / f("oracle_bytes_per_token")).abs() < 1e-9 && c >= 1.0
+    );
+}
