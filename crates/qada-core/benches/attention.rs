@@ -82,5 +82,42 @@ fn per_head(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, per_head);
+/// One bulk chunk (512 rows, f16) for the 3 query heads of a GQA group: scores and weighted
+/// values with every row read once for the group (`block_*`), against head by head.
+fn gqa_block(c: &mut Criterion) {
+    use qada_core::attention::Elem;
+    use qada_stats::f16;
+    const N: usize = 512;
+    const H: usize = 3;
+    let mut group = c.benchmark_group("gqa_chunk_f16_d64");
+    let rows: Vec<f16> = data(N, 0.5).iter().map(|&x| f16::from_f32(x)).collect();
+    let q: Vec<f32> = (0..H * D).map(|i| (i as f32 * 0.3).cos()).collect();
+    let w: Vec<f32> = (0..H * N).map(|i| 1.0 / (1 + i) as f32).collect();
+    let mut s = vec![0.0f32; H * N];
+    let mut acc = vec![0.0f32; H * D];
+    group.bench_function("block_scores_and_accumulate", |b| {
+        b.iter(|| {
+            f16::block_scores(black_box(&q), &rows, D, 0.125, &mut s);
+            f16::block_accumulate(&mut acc, black_box(&w), &rows, D);
+        })
+    });
+    group.bench_function("head_by_head", |b| {
+        b.iter(|| {
+            for j in 0..H {
+                let qj = &black_box(&q)[j * D..(j + 1) * D];
+                for (i, k) in rows.chunks_exact(D).enumerate() {
+                    s[j * N + i] = 0.125 * f16::dot(qj, k);
+                }
+            }
+            for j in 0..H {
+                for (i, v) in rows.chunks_exact(D).enumerate() {
+                    f16::axpy(&mut acc[j * D..(j + 1) * D], black_box(&w)[j * N + i], v);
+                }
+            }
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, per_head, gqa_block);
 criterion_main!(benches);

@@ -79,7 +79,13 @@ struct Task {
     rows: (usize, usize),
     /// Query heads (global indices) of the group that are long-context.
     heads: Vec<usize>,
-    partials: Vec<Partial>,
+    /// Queries of the long heads, contiguous (`heads.len() x d`).
+    queries: Vec<f32>,
+    /// Per long head: largest score `m`, `l = sum exp(s - m)`.
+    m: Vec<f32>,
+    l: Vec<f32>,
+    /// Per long head: `acc = sum exp(s - m) v` (`heads.len() x d`).
+    acc: Vec<f32>,
     scores: Vec<f32>,
 }
 
@@ -129,14 +135,14 @@ fn accumulate_typed<T: Elem>(p: &mut Partial, s: &[f32], values: &[T], d: usize)
 }
 
 /// Merge `b` into `a`.
-fn merge(a: &mut Partial, b: &Partial) {
-    if b.m == f32::NEG_INFINITY {
+fn merge(a: &mut Partial, b_m: f32, b_l: f32, b_acc: &[f32]) {
+    if b_m == f32::NEG_INFINITY {
         return;
     }
-    let m = a.m.max(b.m);
-    let (ca, cb) = ((a.m - m).exp(), (b.m - m).exp());
-    a.l = a.l * ca + b.l * cb;
-    for (x, &y) in a.acc.iter_mut().zip(&b.acc) {
+    let m = a.m.max(b_m);
+    let (ca, cb) = ((a.m - m).exp(), (b_m - m).exp());
+    a.l = a.l * ca + b_l * cb;
+    for (x, &y) in a.acc.iter_mut().zip(b_acc) {
         *x = *x * ca + y * cb;
     }
     a.m = m;
@@ -163,34 +169,24 @@ fn run_task_typed<T: Elem>(
     let n = keys.len() / d;
     let nh = t.heads.len();
     let scores = &mut t.scores[..nh * n];
-    // scores of every long head, one pass over the keys
-    for (i, key) in keys.chunks_exact(d).enumerate() {
-        for (j, &h) in t.heads.iter().enumerate() {
-            scores[j * n + i] = scale * T::dot(&queries[h * d..(h + 1) * d], key);
-        }
+    t.queries.clear();
+    for &h in &t.heads {
+        t.queries.extend_from_slice(&queries[h * d..(h + 1) * d]);
     }
-    // Partials are never dropped (a shorter list would free them and the next step would
-    // allocate them again); the first `nh` are this step's.
-    while t.partials.len() < nh {
-        t.partials.push(Partial {
-            m: 0.0,
-            l: 0.0,
-            acc: Vec::with_capacity(d),
-        });
-    }
-    let partials = &mut t.partials[..nh];
+    // scores of every long head, each key row read once
+    T::block_scores(&t.queries, keys, d, scale, scores);
     // per head: its max, then the weights exp(s - m) in place of the scores
-    for (p, s) in partials.iter_mut().zip(scores.chunks_exact_mut(n)) {
-        p.reset(d);
-        p.m = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-        p.l = exp_in_place(s, p.m);
+    t.m.clear();
+    t.l.clear();
+    for s in scores.chunks_exact_mut(n) {
+        let m = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        t.m.push(m);
+        t.l.push(exp_in_place(s, m));
     }
-    // one pass over the values for all heads
-    for (i, v) in values.chunks_exact(d).enumerate() {
-        for (j, p) in partials.iter_mut().enumerate() {
-            T::axpy(&mut p.acc, scores[j * n + i], v);
-        }
-    }
+    // weighted values of every long head, each value row read once
+    t.acc.clear();
+    t.acc.resize(nh * d, 0.0);
+    T::block_accumulate(&mut t.acc, scores, values, d);
 }
 
 /// Attention of one layer at one step.
@@ -295,7 +291,13 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
             t.group = g;
             t.rows = (r, (r + CHUNK).min(bulk));
             t.heads.clear();
+            for v in [&mut t.m, &mut t.l] {
+                v.reserve(group);
+            }
             t.heads.reserve(group);
+            for v in [&mut t.queries, &mut t.acc] {
+                v.reserve(group * d);
+            }
             if t.scores.len() < group * CHUNK {
                 t.scores.resize(group * CHUNK, 0.0);
             }
@@ -336,7 +338,7 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
                 .filter(|t| t.group == h / group)
             {
                 if let Some(j) = t.heads.iter().position(|&x| x == h) {
-                    merge(&mut state, &t.partials[j]);
+                    merge(&mut state, t.m[j], t.l[j], &t.acc[j * d..(j + 1) * d]);
                 }
             }
         }

@@ -150,11 +150,25 @@ pub fn exp_in_place(s: &mut [f32], m: f32) -> f32 {
 
 /// Element types of cached rows: the dot product with an f32 query and the update
 /// `acc += w * row`.
+///
+/// The two block kernels serve the query heads of one GQA group at once: every key and value
+/// row is read (and converted) once for all of them.
 pub trait Elem: Copy + Send + Sync {
     /// `q . row`.
     fn dot(q: &[f32], row: &[Self]) -> f32;
     /// `acc += w * row`.
     fn axpy(acc: &mut [f32], w: f32, row: &[Self]);
+
+    /// Scores of `h = queries.len() / d` heads against the `n = keys.len() / d` rows of a block:
+    /// `out[j * n + i] = scale * q_j . k_i`.
+    fn block_scores(queries: &[f32], keys: &[Self], d: usize, scale: f32, out: &mut [f32]) {
+        block_scores_portable(queries, keys, d, scale, out)
+    }
+
+    /// `acc_j += sum_i w[j * n + i] v_i` for the `h = acc.len() / d` heads, `n = values.len() / d`.
+    fn block_accumulate(acc: &mut [f32], weights: &[f32], values: &[Self], d: usize) {
+        block_accumulate_portable(acc, weights, values, d)
+    }
 }
 
 impl Elem for f32 {
@@ -168,6 +182,54 @@ impl Elem for f32 {
             *a += w * x;
         }
     }
+    fn block_scores(queries: &[f32], keys: &[f32], d: usize, scale: f32, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if d % 8 == 0 && has_avx2() && out.len() >= (queries.len() / d) * (keys.len() / d) {
+            // SAFETY: features detected, shape checked.
+            return unsafe { f16_avx2::block_scores_f32(queries, keys, d, scale, out) };
+        }
+        block_scores_portable(queries, keys, d, scale, out)
+    }
+    fn block_accumulate(acc: &mut [f32], weights: &[f32], values: &[f32], d: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if d % 8 == 0 && has_avx2() && weights.len() >= (acc.len() / d) * (values.len() / d) {
+            // SAFETY: features detected, shape checked.
+            return unsafe { f16_avx2::block_accumulate_f32(acc, weights, values, d) };
+        }
+        block_accumulate_portable(acc, weights, values, d)
+    }
+}
+
+/// The portable [`Elem::block_scores`] (the trait's default, callable from overrides).
+fn block_scores_portable<T: Elem>(
+    queries: &[f32],
+    keys: &[T],
+    d: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    let n = keys.len() / d;
+    for (i, k) in keys.chunks_exact(d).enumerate() {
+        for (j, q) in queries.chunks_exact(d).enumerate() {
+            out[j * n + i] = scale * T::dot(q, k);
+        }
+    }
+}
+
+/// The portable [`Elem::block_accumulate`].
+fn block_accumulate_portable<T: Elem>(acc: &mut [f32], weights: &[f32], values: &[T], d: usize) {
+    let n = values.len() / d;
+    for (i, v) in values.chunks_exact(d).enumerate() {
+        for (j, a) in acc.chunks_exact_mut(d).enumerate() {
+            T::axpy(a, weights[j * n + i], v);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_avx2() -> bool {
+    static F: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *F.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -207,6 +269,134 @@ mod f16_avx2 {
             i += 1;
         }
         total
+    }
+
+    /// `d` halves to f32 (`d % 8 == 0`).
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn widen(row: &[f16], out: &mut [f32]) {
+        for (c, o) in row.chunks_exact(8).zip(out.chunks_exact_mut(8)) {
+            let v = _mm256_cvtph_ps(_mm_loadu_si128(c.as_ptr() as *const __m128i));
+            _mm256_storeu_ps(o.as_mut_ptr(), v);
+        }
+    }
+
+    /// `a . b` over f32 with `a.len() == b.len()`, `len % 8 == 0`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+        let (mut x, mut y) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut i = 0;
+        while i + 16 <= a.len() {
+            x = _mm256_fmadd_ps(
+                _mm256_loadu_ps(a.as_ptr().add(i)),
+                _mm256_loadu_ps(b.as_ptr().add(i)),
+                x,
+            );
+            y = _mm256_fmadd_ps(
+                _mm256_loadu_ps(a.as_ptr().add(i + 8)),
+                _mm256_loadu_ps(b.as_ptr().add(i + 8)),
+                y,
+            );
+            i += 16;
+        }
+        if i < a.len() {
+            x = _mm256_fmadd_ps(
+                _mm256_loadu_ps(a.as_ptr().add(i)),
+                _mm256_loadu_ps(b.as_ptr().add(i)),
+                x,
+            );
+        }
+        let acc = _mm256_add_ps(x, y);
+        let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
+    /// `acc += w * v` over f32, `len % 8 == 0`.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn axpy_f32(acc: &mut [f32], w: f32, v: &[f32]) {
+        let wv = _mm256_set1_ps(w);
+        for (a, x) in acc.chunks_exact_mut(8).zip(v.chunks_exact(8)) {
+            let r = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x.as_ptr()), _mm256_loadu_ps(a.as_ptr()));
+            _mm256_storeu_ps(a.as_mut_ptr(), r);
+        }
+    }
+
+    /// Largest row length the block kernels widen on the stack.
+    pub const MAX_D: usize = 512;
+
+    /// [`crate::attention::Elem::block_scores`] for f16 rows.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `d % 8 == 0`, `d <= MAX_D`, `out.len() >= heads * rows`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn block_scores(
+        queries: &[f32],
+        keys: &[f16],
+        d: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        let n = keys.len() / d;
+        let mut row = [0.0f32; MAX_D];
+        let row = &mut row[..d];
+        for (i, k) in keys.chunks_exact(d).enumerate() {
+            widen(k, row);
+            for (j, q) in queries.chunks_exact(d).enumerate() {
+                out[j * n + i] = scale * dot_f32(q, row);
+            }
+        }
+    }
+
+    /// [`crate::attention::Elem::block_accumulate`] for f16 rows.
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C; `d % 8 == 0`, `d <= MAX_D`, `weights.len() >= heads * rows`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn block_accumulate(acc: &mut [f32], weights: &[f32], values: &[f16], d: usize) {
+        let n = values.len() / d;
+        let mut row = [0.0f32; MAX_D];
+        let row = &mut row[..d];
+        for (i, v) in values.chunks_exact(d).enumerate() {
+            widen(v, row);
+            for (j, a) in acc.chunks_exact_mut(d).enumerate() {
+                axpy_f32(a, weights[j * n + i], row);
+            }
+        }
+    }
+
+    /// [`crate::attention::Elem::block_scores`] for f32 rows.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; `d % 8 == 0`, `out.len() >= heads * rows`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn block_scores_f32(
+        queries: &[f32],
+        keys: &[f32],
+        d: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        let n = keys.len() / d;
+        for (i, k) in keys.chunks_exact(d).enumerate() {
+            for (j, q) in queries.chunks_exact(d).enumerate() {
+                out[j * n + i] = scale * dot_f32(q, k);
+            }
+        }
+    }
+
+    /// [`crate::attention::Elem::block_accumulate`] for f32 rows.
+    ///
+    /// # Safety
+    /// AVX2 and FMA; `d % 8 == 0`, `weights.len() >= heads * rows`.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn block_accumulate_f32(acc: &mut [f32], weights: &[f32], values: &[f32], d: usize) {
+        let n = values.len() / d;
+        for (i, v) in values.chunks_exact(d).enumerate() {
+            for (j, a) in acc.chunks_exact_mut(d).enumerate() {
+                axpy_f32(a, weights[j * n + i], v);
+            }
+        }
     }
 
     /// # Safety
@@ -249,6 +439,30 @@ impl Elem for f16 {
         for (a, x) in acc.iter_mut().zip(row) {
             *a += w * x.to_f32();
         }
+    }
+    fn block_scores(queries: &[f32], keys: &[f16], d: usize, scale: f32, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if d % 8 == 0
+            && d <= f16_avx2::MAX_D
+            && has_f16c()
+            && out.len() >= (queries.len() / d) * (keys.len() / d)
+        {
+            // SAFETY: features detected, shape checked.
+            return unsafe { f16_avx2::block_scores(queries, keys, d, scale, out) };
+        }
+        block_scores_portable(queries, keys, d, scale, out)
+    }
+    fn block_accumulate(acc: &mut [f32], weights: &[f32], values: &[f16], d: usize) {
+        #[cfg(target_arch = "x86_64")]
+        if d % 8 == 0
+            && d <= f16_avx2::MAX_D
+            && has_f16c()
+            && weights.len() >= (acc.len() / d) * (values.len() / d)
+        {
+            // SAFETY: features detected, shape checked.
+            return unsafe { f16_avx2::block_accumulate(acc, weights, values, d) };
+        }
+        block_accumulate_portable(acc, weights, values, d)
     }
 }
 
