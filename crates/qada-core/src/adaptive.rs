@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use qada_stats::Rows;
 
-use crate::attention::{exp_in_place, scores, Elem, KvSegments};
+use crate::attention::{exp_in_place, max_score, scores, Elem, KvSegments};
 
 /// The KV heads of one layer as attention reads them: a slice of [`KvSegments`], or a view
 /// that borrows them from a cache on demand (so a decoding step needs no list of its own).
@@ -114,7 +114,7 @@ fn accumulate(p: &mut Partial, s: &[f32], values: Rows<'_>, d: usize) {
 
 fn accumulate_typed<T: Elem>(p: &mut Partial, s: &[f32], values: &[T], d: usize) {
     let mut w = [0.0f32; 256];
-    let m_new = s.iter().fold(p.m, |a, &b| a.max(b));
+    let m_new = max_score(s, p.m);
     if m_new == f32::NEG_INFINITY {
         return;
     }
@@ -179,7 +179,7 @@ fn run_task_typed<T: Elem>(
     t.m.clear();
     t.l.clear();
     for s in scores.chunks_exact_mut(n) {
-        let m = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        let m = max_score(s, f32::NEG_INFINITY);
         t.m.push(m);
         t.l.push(exp_in_place(s, m));
     }

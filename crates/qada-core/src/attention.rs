@@ -132,7 +132,15 @@ pub fn fast_exp(x: f32) -> f32 {
 }
 
 /// `s_i <- exp(s_i - m)` for every score; returns their sum.
+///
+/// AVX2/FMA where the CPU has it (the [`fast_exp`] reduction and polynomial, 8 lanes, with
+/// fused multiply-adds: relative error below 3e-7 as well); [`fast_exp`] elsewhere.
 pub fn exp_in_place(s: &mut [f32], m: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU features were detected.
+        return unsafe { f16_avx2::exp_in_place(s, m) };
+    }
     for x in s.iter_mut() {
         *x = fast_exp(*x - m);
     }
@@ -146,6 +154,16 @@ pub fn exp_in_place(s: &mut [f32], m: f32) -> f32 {
     }
     sum += acc.iter().sum::<f32>();
     sum
+}
+
+/// `max(init, max_i s_i)`; NaN scores are skipped, as by `f32::max`.
+pub fn max_score(s: &[f32], init: f32) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        // SAFETY: the CPU features were detected.
+        return unsafe { f16_avx2::max_score(s, init) };
+    }
+    s.iter().fold(init, |a, &b| a.max(b))
 }
 
 /// Element types of cached rows: the dot product with an f32 query and the update
@@ -271,133 +289,312 @@ mod f16_avx2 {
         total
     }
 
-    /// `d` halves to f32 (`d % 8 == 0`).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn widen(row: &[f16], out: &mut [f32]) {
-        for (c, o) in row.chunks_exact(8).zip(out.chunks_exact_mut(8)) {
-            let v = _mm256_cvtph_ps(_mm_loadu_si128(c.as_ptr() as *const __m128i));
-            _mm256_storeu_ps(o.as_mut_ptr(), v);
-        }
-    }
-
-    /// `a . b` over f32 with `a.len() == b.len()`, `len % 8 == 0`.
+    /// [`crate::attention::exp_in_place`] on 8 lanes.
+    ///
+    /// # Safety
+    /// AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
-        let (mut x, mut y) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    pub unsafe fn exp_in_place(s: &mut [f32], m: f32) -> f32 {
+        let mv = _mm256_set1_ps(m);
+        let lo = _mm256_set1_ps(-87.0);
+        let (log2e, ln2_hi, ln2_lo) = (
+            _mm256_set1_ps(std::f32::consts::LOG2_E),
+            _mm256_set1_ps(0.693_359_4),
+            _mm256_set1_ps(-2.121_944_4e-4),
+        );
+        const C: [f32; 7] = [
+            1.0 / 5040.0,
+            1.0 / 720.0,
+            1.0 / 120.0,
+            1.0 / 24.0,
+            1.0 / 6.0,
+            0.5,
+            1.0,
+        ];
+        let one = _mm256_set1_ps(1.0);
+        let (mut sum0, mut sum1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let exp8 = |x: __m256| -> __m256 {
+            let xc = _mm256_max_ps(x, lo);
+            let n = _mm256_round_ps(
+                _mm256_mul_ps(xc, log2e),
+                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+            );
+            let r = _mm256_fnmadd_ps(n, ln2_lo, _mm256_fnmadd_ps(n, ln2_hi, xc));
+            let mut p = _mm256_set1_ps(C[0]);
+            for &c in &C[1..] {
+                p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+            }
+            p = _mm256_fmadd_ps(p, r, one);
+            let bits = _mm256_add_epi32(
+                _mm256_castps_si256(p),
+                _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23),
+            );
+            // inputs below -87 (and -inf) give 0
+            _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), _mm256_castsi256_ps(bits))
+        };
+        let p = s.as_mut_ptr();
+        let n = s.len();
         let mut i = 0;
-        while i + 16 <= a.len() {
-            x = _mm256_fmadd_ps(
-                _mm256_loadu_ps(a.as_ptr().add(i)),
-                _mm256_loadu_ps(b.as_ptr().add(i)),
-                x,
-            );
-            y = _mm256_fmadd_ps(
-                _mm256_loadu_ps(a.as_ptr().add(i + 8)),
-                _mm256_loadu_ps(b.as_ptr().add(i + 8)),
-                y,
-            );
+        while i + 16 <= n {
+            let a = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), mv));
+            let b = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i + 8)), mv));
+            _mm256_storeu_ps(p.add(i), a);
+            _mm256_storeu_ps(p.add(i + 8), b);
+            sum0 = _mm256_add_ps(sum0, a);
+            sum1 = _mm256_add_ps(sum1, b);
             i += 16;
         }
-        if i < a.len() {
-            x = _mm256_fmadd_ps(
-                _mm256_loadu_ps(a.as_ptr().add(i)),
-                _mm256_loadu_ps(b.as_ptr().add(i)),
-                x,
-            );
+        if i + 8 <= n {
+            let a = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), mv));
+            _mm256_storeu_ps(p.add(i), a);
+            sum0 = _mm256_add_ps(sum0, a);
+            i += 8;
         }
-        let acc = _mm256_add_ps(x, y);
-        let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
+        let mut total = _mm_cvtss_f32(hsum4(&[_mm256_add_ps(sum0, sum1); 4]));
+        if i < n {
+            // the tail through a padded vector, so every element sees the same arithmetic
+            let mut t = [f32::NEG_INFINITY; 8];
+            t[..n - i].copy_from_slice(&s[i..]);
+            let a = exp8(_mm256_sub_ps(_mm256_loadu_ps(t.as_ptr()), mv));
+            _mm256_storeu_ps(t.as_mut_ptr(), a);
+            s[i..].copy_from_slice(&t[..n - i]);
+            total += t[..n - i].iter().sum::<f32>();
+        }
+        total
     }
 
-    /// `acc += w * v` over f32, `len % 8 == 0`.
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn axpy_f32(acc: &mut [f32], w: f32, v: &[f32]) {
-        let wv = _mm256_set1_ps(w);
-        for (a, x) in acc.chunks_exact_mut(8).zip(v.chunks_exact(8)) {
-            let r = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x.as_ptr()), _mm256_loadu_ps(a.as_ptr()));
-            _mm256_storeu_ps(a.as_mut_ptr(), r);
+    /// [`crate::attention::max_score`] on 8 lanes.
+    ///
+    /// # Safety
+    /// AVX2.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn max_score(s: &[f32], init: f32) -> f32 {
+        // `_mm256_max_ps(x, acc)` returns `acc` when `x` is NaN, so NaN scores are skipped
+        let (mut a, mut b) = (_mm256_set1_ps(init), _mm256_set1_ps(init));
+        let mut chunks = s.chunks_exact(16);
+        for c in &mut chunks {
+            a = _mm256_max_ps(_mm256_loadu_ps(c.as_ptr()), a);
+            b = _mm256_max_ps(_mm256_loadu_ps(c.as_ptr().add(8)), b);
         }
+        let mut lanes = [0.0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_max_ps(a, b));
+        let m = lanes.iter().fold(init, |x, &y| x.max(y));
+        chunks.remainder().iter().fold(m, |x, &y| x.max(y))
     }
 
-    /// Largest row length the block kernels widen on the stack.
+    /// Largest row length the f16 block kernels accept (kept for the callers' shape checks).
     pub const MAX_D: usize = 512;
 
-    /// [`crate::attention::Elem::block_scores`] for f16 rows.
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; `d % 8 == 0`, `d <= MAX_D`, `out.len() >= heads * rows`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn block_scores(
-        queries: &[f32],
-        keys: &[f16],
-        d: usize,
-        scale: f32,
-        out: &mut [f32],
-    ) {
-        let n = keys.len() / d;
-        let mut row = [0.0f32; MAX_D];
-        let row = &mut row[..d];
-        for (i, k) in keys.chunks_exact(d).enumerate() {
-            widen(k, row);
-            for (j, q) in queries.chunks_exact(d).enumerate() {
-                out[j * n + i] = scale * dot_f32(q, row);
-            }
-        }
+    /// Eight f16 at `p` widened to f32.
+    #[inline(always)]
+    unsafe fn load_f16(p: *const f16) -> __m256 {
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
     }
 
-    /// [`crate::attention::Elem::block_accumulate`] for f16 rows.
-    ///
-    /// # Safety
-    /// AVX2, FMA and F16C; `d % 8 == 0`, `d <= MAX_D`, `weights.len() >= heads * rows`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn block_accumulate(acc: &mut [f32], weights: &[f32], values: &[f16], d: usize) {
-        let n = values.len() / d;
-        let mut row = [0.0f32; MAX_D];
-        let row = &mut row[..d];
-        for (i, v) in values.chunks_exact(d).enumerate() {
-            widen(v, row);
-            for (j, a) in acc.chunks_exact_mut(d).enumerate() {
-                axpy_f32(a, weights[j * n + i], row);
-            }
-        }
+    /// Eight f32 at `p`.
+    #[inline(always)]
+    unsafe fn load_f32(p: *const f32) -> __m256 {
+        _mm256_loadu_ps(p)
     }
 
-    /// [`crate::attention::Elem::block_scores`] for f32 rows.
-    ///
-    /// # Safety
-    /// AVX2 and FMA; `d % 8 == 0`, `out.len() >= heads * rows`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn block_scores_f32(
-        queries: &[f32],
-        keys: &[f32],
-        d: usize,
-        scale: f32,
-        out: &mut [f32],
-    ) {
-        let n = keys.len() / d;
-        for (i, k) in keys.chunks_exact(d).enumerate() {
-            for (j, q) in queries.chunks_exact(d).enumerate() {
-                out[j * n + i] = scale * dot_f32(q, k);
-            }
-        }
+    /// `[sum(a[0]), sum(a[1]), sum(a[2]), sum(a[3])]`: four horizontal sums in three `hadd`s.
+    #[inline(always)]
+    unsafe fn hsum4(a: &[__m256; 4]) -> __m128 {
+        let t = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+        _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1))
     }
 
-    /// [`crate::attention::Elem::block_accumulate`] for f32 rows.
-    ///
-    /// # Safety
-    /// AVX2 and FMA; `d % 8 == 0`, `weights.len() >= heads * rows`.
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn block_accumulate_f32(acc: &mut [f32], weights: &[f32], values: &[f32], d: usize) {
-        let n = values.len() / d;
-        for (i, v) in values.chunks_exact(d).enumerate() {
-            for (j, a) in acc.chunks_exact_mut(d).enumerate() {
-                axpy_f32(a, weights[j * n + i], v);
+    /// The tiled block kernels for one element type. Scores: tiles of 4 rows x `H <= 3` heads
+    /// in 12 register accumulators, each 8-wide key chunk loaded once for the tile, four
+    /// horizontal sums at a time. Accumulate: blocks of [`ROWS`] rows (in L1 after the first
+    /// pass) swept per 16 columns with the `H x 16` accumulators in registers, so `acc` is
+    /// loaded and stored once per block instead of once per row.
+    macro_rules! block_kernels {
+        ($elem:ty, $load:ident, $feat:literal, $scores:ident, $accumulate:ident) => {
+            /// [`crate::attention::Elem::block_scores`] (`d % 8 == 0`, `out.len() >= h * n`).
+            ///
+            /// # Safety
+            /// The CPU has the target features; shapes as above.
+            #[target_feature(enable = $feat)]
+            pub unsafe fn $scores(
+                queries: &[f32],
+                keys: &[$elem],
+                d: usize,
+                scale: f32,
+                out: &mut [f32],
+            ) {
+                let (n, h) = (keys.len() / d, queries.len() / d);
+                assert!(d % 8 == 0 && out.len() >= h * n);
+                let mut j0 = 0;
+                while j0 < h {
+                    match h - j0 {
+                        1 => scores_tile::<1>(queries, keys, d, scale, out, j0),
+                        2 => scores_tile::<2>(queries, keys, d, scale, out, j0),
+                        _ => scores_tile::<3>(queries, keys, d, scale, out, j0),
+                    }
+                    j0 += 3;
+                }
+
+                #[target_feature(enable = $feat)]
+                unsafe fn scores_tile<const H: usize>(
+                    queries: &[f32],
+                    keys: &[$elem],
+                    d: usize,
+                    scale: f32,
+                    out: &mut [f32],
+                    j0: usize,
+                ) {
+                    let n = keys.len() / d;
+                    let (q, k, o) = (queries.as_ptr(), keys.as_ptr(), out.as_mut_ptr());
+                    let sv = _mm_set1_ps(scale);
+                    let mut i = 0;
+                    while i + 4 <= n {
+                        let mut acc = [[_mm256_setzero_ps(); 4]; H];
+                        let mut c = 0;
+                        while c < d {
+                            let kr = [
+                                $load(k.add(i * d + c)),
+                                $load(k.add((i + 1) * d + c)),
+                                $load(k.add((i + 2) * d + c)),
+                                $load(k.add((i + 3) * d + c)),
+                            ];
+                            for (j, a) in acc.iter_mut().enumerate() {
+                                let qv = _mm256_loadu_ps(q.add((j0 + j) * d + c));
+                                for r in 0..4 {
+                                    a[r] = _mm256_fmadd_ps(qv, kr[r], a[r]);
+                                }
+                            }
+                            c += 8;
+                        }
+                        for (j, a) in acc.iter().enumerate() {
+                            _mm_storeu_ps(o.add((j0 + j) * n + i), _mm_mul_ps(sv, hsum4(a)));
+                        }
+                        i += 4;
+                    }
+                    while i < n {
+                        for j in 0..H {
+                            let mut a = _mm256_setzero_ps();
+                            let mut c = 0;
+                            while c < d {
+                                let qv = _mm256_loadu_ps(q.add((j0 + j) * d + c));
+                                a = _mm256_fmadd_ps(qv, $load(k.add(i * d + c)), a);
+                                c += 8;
+                            }
+                            let s = hsum4(&[a, a, a, a]);
+                            *o.add((j0 + j) * n + i) = scale * _mm_cvtss_f32(s);
+                        }
+                        i += 1;
+                    }
+                }
             }
-        }
+
+            /// [`crate::attention::Elem::block_accumulate`] (`d % 8 == 0`,
+            /// `weights.len() >= h * n`).
+            ///
+            /// # Safety
+            /// The CPU has the target features; shapes as above.
+            #[target_feature(enable = $feat)]
+            pub unsafe fn $accumulate(
+                acc: &mut [f32],
+                weights: &[f32],
+                values: &[$elem],
+                d: usize,
+            ) {
+                let (n, h) = (values.len() / d, acc.len() / d);
+                assert!(d % 8 == 0 && weights.len() >= h * n);
+                let mut r0 = 0;
+                while r0 < n {
+                    let r1 = (r0 + ROWS).min(n);
+                    let mut j0 = 0;
+                    while j0 < h {
+                        let mut c = 0;
+                        while c < d {
+                            match (h - j0, d - c >= 16) {
+                                (1, true) => {
+                                    acc_tile::<1, 2>(acc, weights, values, d, (r0, r1), j0, c)
+                                }
+                                (2, true) => {
+                                    acc_tile::<2, 2>(acc, weights, values, d, (r0, r1), j0, c)
+                                }
+                                (_, true) => {
+                                    acc_tile::<3, 2>(acc, weights, values, d, (r0, r1), j0, c)
+                                }
+                                (1, false) => {
+                                    acc_tile::<1, 1>(acc, weights, values, d, (r0, r1), j0, c)
+                                }
+                                (2, false) => {
+                                    acc_tile::<2, 1>(acc, weights, values, d, (r0, r1), j0, c)
+                                }
+                                (_, false) => {
+                                    acc_tile::<3, 1>(acc, weights, values, d, (r0, r1), j0, c)
+                                }
+                            }
+                            c += if d - c >= 16 { 16 } else { 8 };
+                        }
+                        j0 += 3;
+                    }
+                    r0 = r1;
+                }
+
+                /// `acc[j0 + j][c .. c + 8 W] += sum_{i in rows} w[j0 + j][i] v_i[c .. c + 8 W]`.
+                #[target_feature(enable = $feat)]
+                unsafe fn acc_tile<const H: usize, const W: usize>(
+                    acc: &mut [f32],
+                    weights: &[f32],
+                    values: &[$elem],
+                    d: usize,
+                    (r0, r1): (usize, usize),
+                    j0: usize,
+                    c: usize,
+                ) {
+                    let n = values.len() / d;
+                    let (a, w, v) = (acc.as_mut_ptr(), weights.as_ptr(), values.as_ptr());
+                    let mut t = [[_mm256_setzero_ps(); W]; H];
+                    for (j, tj) in t.iter_mut().enumerate() {
+                        for (x, tx) in tj.iter_mut().enumerate() {
+                            *tx = _mm256_loadu_ps(a.add((j0 + j) * d + c + 8 * x));
+                        }
+                    }
+                    for i in r0..r1 {
+                        let mut vr = [_mm256_setzero_ps(); W];
+                        for (x, vx) in vr.iter_mut().enumerate() {
+                            *vx = $load(v.add(i * d + c + 8 * x));
+                        }
+                        for (j, tj) in t.iter_mut().enumerate() {
+                            let wv = _mm256_broadcast_ss(&*w.add((j0 + j) * n + i));
+                            for (tx, &vx) in tj.iter_mut().zip(&vr) {
+                                *tx = _mm256_fmadd_ps(wv, vx, *tx);
+                            }
+                        }
+                    }
+                    for (j, tj) in t.iter().enumerate() {
+                        for (x, tx) in tj.iter().enumerate() {
+                            _mm256_storeu_ps(a.add((j0 + j) * d + c + 8 * x), *tx);
+                        }
+                    }
+                }
+            }
+        };
     }
+
+    /// Rows per block of the accumulate kernels: 64 f16 rows of d = 64 are 8 KiB, in L1 while
+    /// the columns are swept.
+    const ROWS: usize = 64;
+
+    block_kernels!(
+        f16,
+        load_f16,
+        "avx2,fma,f16c",
+        block_scores,
+        block_accumulate
+    );
+    block_kernels!(
+        f32,
+        load_f32,
+        "avx2,fma",
+        block_scores_f32,
+        block_accumulate_f32
+    );
 
     /// # Safety
     /// AVX2, FMA and F16C; `acc.len() == row.len()`.
@@ -508,8 +705,7 @@ pub fn softmax_attend(parts: &[(&[f32], Rows<'_>)], out: &mut [f32]) {
     out.iter_mut().for_each(|o| *o = 0.0);
     let m = parts
         .iter()
-        .flat_map(|(s, _)| s.iter())
-        .fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+        .fold(f32::NEG_INFINITY, |a, (s, _)| max_score(s, a));
     if m == f32::NEG_INFINITY {
         return;
     }
@@ -587,5 +783,48 @@ mod tests {
         assert_eq!(fast_exp(-100.0), 0.0);
         assert_eq!(fast_exp(f32::NEG_INFINITY), 0.0);
         assert_eq!(fast_exp(0.0), 1.0);
+    }
+
+    #[test]
+    fn exp_in_place_is_within_3e_7_relative_and_sums_its_outputs() {
+        for n in [0usize, 1, 7, 8, 9, 16, 23, 1000] {
+            let m = 3.5f32;
+            let x: Vec<f32> = (0..n).map(|i| m - (i as f32 * 0.0937) % 95.0).collect();
+            let mut y = x.clone();
+            let sum = exp_in_place(&mut y, m);
+            for (&a, &b) in x.iter().zip(&y) {
+                let e = ((a - m) as f64).exp();
+                if a - m < -87.0 {
+                    assert_eq!(b, 0.0, "exp({}) must flush to 0", a - m);
+                } else {
+                    assert!(
+                        ((b as f64 - e) / e).abs() < 3e-7,
+                        "exp({}) = {b}, not {e}",
+                        a - m
+                    );
+                }
+            }
+            let want: f64 = y.iter().map(|&v| v as f64).sum();
+            assert!(
+                (sum as f64 - want).abs() <= 1e-6 * want.max(1.0),
+                "{sum} vs {want}"
+            );
+        }
+        let mut z = [f32::NEG_INFINITY, 0.0, -1e30];
+        exp_in_place(&mut z, 0.0);
+        assert_eq!(z, [0.0, 1.0, 0.0]);
+    }
+
+    #[test]
+    fn max_score_equals_the_fold_and_skips_nan() {
+        for n in [0usize, 1, 5, 16, 17, 40] {
+            let s: Vec<f32> = (0..n).map(|i| ((i * 37 % 11) as f32).sin() * 9.0).collect();
+            let want = s.iter().fold(-3.0f32, |a, &b| a.max(b));
+            assert_eq!(max_score(&s, -3.0), want, "n = {n}");
+        }
+        let mut s = vec![1.0f32; 20];
+        s[3] = f32::NAN;
+        s[17] = 2.0;
+        assert_eq!(max_score(&s, f32::NEG_INFINITY), 2.0);
     }
 }

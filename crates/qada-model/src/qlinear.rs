@@ -57,6 +57,12 @@ pub struct Q8Acts {
     pub q: Vec<i8>,
     /// Sum of the f32 values of each block.
     pub sums: Vec<f32>,
+    /// The f32 activations of each 32-block in the order the AVX2 Q4 kernel unpacks nibbles
+    /// ([`nibble_order`]), the last block padded with zeros.
+    pub f_nib: Vec<f32>,
+    /// `[0, sum_b, 0, 0]` per block: multiplied by a block's converted `[d, m, ..]` it gives
+    /// the `m sum(x)` term without moving `m` across lanes.
+    pub sums_m: Vec<f32>,
     /// Which product to use: f32 activations (near-exact) or int8 (faster, coarser).
     pub precision: ActPrecision,
 }
@@ -80,6 +86,16 @@ impl Q8Acts {
         self.sums.clear();
         self.sums
             .extend(x.chunks(QK).map(|c| c.iter().sum::<f32>()));
+        self.f_nib.clear();
+        self.f_nib.resize(nb * QK, 0.0);
+        for (b, out) in self.f_nib.chunks_exact_mut(QK).enumerate() {
+            for (p, o) in out.iter_mut().enumerate() {
+                *o = x.get(b * QK + nibble_order(p)).copied().unwrap_or(0.0);
+            }
+        }
+        self.sums_m.clear();
+        self.sums_m
+            .extend(self.sums.iter().flat_map(|&s| [0.0, s, 0.0, 0.0]));
         if self.precision == ActPrecision::F32 {
             return;
         }
@@ -101,6 +117,19 @@ impl Q8Acts {
             self.d[b] = d;
             self.s[b] = d * sum as f32;
         }
+    }
+}
+
+/// Which value of a Q4 block the AVX2 kernel finds in position `p` (0..32) of its four 8-lane
+/// vectors: vector `k = p / 8` shifts the block's four 32-bit words (read twice) right by
+/// `8k` in lanes 0-3 and `8k + 4` in lanes 4-7, so lane `l < 4` holds the low nibble of byte
+/// `4l + k` (value `4l + k`) and lane `4 + l` its high nibble (value `16 + 4l + k`).
+pub fn nibble_order(p: usize) -> usize {
+    let (k, lane) = (p / 8, p % 8);
+    if lane < 4 {
+        4 * lane + k
+    } else {
+        16 + 4 * (lane - 4) + k
     }
 }
 
@@ -203,40 +232,56 @@ mod avx2 {
         _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
     }
 
-    /// 8 unsigned bytes times 8 f32 at `x`, added to `acc`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma,f16c")]
-    unsafe fn fma_u8(bytes: __m128i, x: *const f32, acc: __m256) -> __m256 {
-        _mm256_fmadd_ps(
-            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)),
-            _mm256_loadu_ps(x),
-            acc,
-        )
-    }
-
     /// Q4_1 row against f32 activations: `sum_b d_b sum_j q_j x_j + m_b sum_j x_j`.
     ///
+    /// No cross-lane shuffles (port 5 bound them before): the 16 quant bytes are loaded into
+    /// both halves of a register, each of four variable right shifts (`vpsrlvd`) and a mask
+    /// leaves one nibble per 32-bit lane, converted to f32 and multiplied by the activations
+    /// stored in that order ([`super::nibble_order`]). `[d, m]` is converted straight from
+    /// memory; `m sum(x)` accumulates lane-wise against `[0, sum_b, 0, 0]`.
+    ///
     /// # Safety
-    /// AVX2, FMA and F16C; `row` holds whole Q4_1 blocks for `x`; `sums` the block sums of `x`.
+    /// AVX2, FMA and F16C; `row` holds whole Q4_1 blocks for `x_nib` (the activations in nibble
+    /// order) and `sums_m` four floats a block.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_q4_1_f32(row: &[u8], x: &[f32], sums: &[f32]) -> f32 {
-        let mut acc = _mm256_setzero_ps();
-        let mut mins = 0.0f32;
-        let mask = _mm_set1_epi8(0x0f);
-        for (b, blk) in row.chunks_exact(20).enumerate() {
-            let (d, m) = (f16(blk, 0), f16(blk, 2));
-            let raw = _mm_loadu_si128(blk.as_ptr().add(4) as *const __m128i);
-            let lo = _mm_and_si128(raw, mask);
-            let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
-            let xp = x.as_ptr().add(b * QK);
-            let mut s = fma_u8(lo, xp, _mm256_setzero_ps());
-            s = fma_u8(_mm_srli_si128(lo, 8), xp.add(8), s);
-            s = fma_u8(hi, xp.add(16), s);
-            s = fma_u8(_mm_srli_si128(hi, 8), xp.add(24), s);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d), s, acc);
-            mins += m * sums[b];
+    pub unsafe fn dot_q4_1_f32(row: &[u8], x_nib: &[f32], sums_m: &[f32]) -> f32 {
+        let nb = row.len() / 20;
+        assert!(x_nib.len() >= nb * QK && sums_m.len() >= nb * 4);
+        let mask = _mm256_set1_epi32(0x0f);
+        let shifts = [
+            _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4),
+            _mm256_setr_epi32(8, 8, 8, 8, 12, 12, 12, 12),
+            _mm256_setr_epi32(16, 16, 16, 16, 20, 20, 20, 20),
+            _mm256_setr_epi32(24, 24, 24, 24, 28, 28, 28, 28),
+        ];
+        let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut mins = _mm_setzero_ps();
+        let (r, x) = (row.as_ptr(), x_nib.as_ptr());
+        for b in 0..nb {
+            let blk = r.add(20 * b);
+            // [d, m, 0, 0] (only the 4 scale bytes: quant bytes read as halves may be NaN)
+            let dm = _mm_cvtph_ps(_mm_loadu_si32(blk));
+            mins = _mm_fmadd_ps(dm, _mm_loadu_ps(sums_m.as_ptr().add(4 * b)), mins);
+            let w = _mm256_broadcastsi128_si256(_mm_loadu_si128(blk.add(4) as *const __m128i));
+            let xb = x.add(QK * b);
+            let q = |k: usize| {
+                _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(w, shifts[k]), mask))
+            };
+            let s0 = _mm256_fmadd_ps(
+                q(0),
+                _mm256_loadu_ps(xb),
+                _mm256_mul_ps(q(1), _mm256_loadu_ps(xb.add(8))),
+            );
+            let s1 = _mm256_fmadd_ps(
+                q(2),
+                _mm256_loadu_ps(xb.add(16)),
+                _mm256_mul_ps(q(3), _mm256_loadu_ps(xb.add(24))),
+            );
+            let d = _mm256_broadcastss_ps(dm);
+            acc0 = _mm256_fmadd_ps(d, s0, acc0);
+            acc1 = _mm256_fmadd_ps(d, s1, acc1);
         }
-        hsum(acc) + mins
+        hsum(_mm256_add_ps(acc0, acc1)) + _mm_cvtss_f32(_mm_movehdup_ps(mins))
     }
 
     /// Q8_0 row against f32 activations.
@@ -344,7 +389,7 @@ pub fn dot_row(ty: GgmlType, row: &[u8], a: &Q8Acts, k: Kernels) -> f32 {
     match (ty, k) {
         #[cfg(target_arch = "x86_64")]
         (GgmlType::Q4_1, Kernels::Avx2) if a.precision == ActPrecision::F32 => unsafe {
-            avx2::dot_q4_1_f32(row, &a.f, &a.sums)
+            avx2::dot_q4_1_f32(row, &a.f_nib, &a.sums_m)
         },
         #[cfg(target_arch = "x86_64")]
         (GgmlType::Q8_0, Kernels::Avx2) if a.precision == ActPrecision::F32 => unsafe {
@@ -569,7 +614,8 @@ mod tests {
             (p - exact).abs() <= bound + 1e-4,
             "{p} vs exact {exact}, bound {bound}"
         );
-        // f32 activations: the exact product up to summation order
+        // f32 activations: the exact product up to summation order, also for quants of 15
+        // (bytes 0xff, NaN if read as f16) and a row of more than one 8-block group
         let mut f = Q8Acts::default();
         f.quantize(&x);
         for k in [Kernels::Portable, kernels()] {
@@ -577,6 +623,15 @@ mod tests {
             assert!(
                 (v - exact).abs() <= 1e-4 * (1.0 + exact.abs()),
                 "{k:?}: {v} vs {exact}"
+            );
+        }
+        let full = q4_1_block(0.5, -0.25, &[15; 32]).repeat(cols / 32);
+        let want: f32 = x.iter().map(|&v| (0.5 * 15.0 - 0.25) * v).sum();
+        for k in [Kernels::Portable, kernels()] {
+            let v = dot_row(GgmlType::Q4_1, &full, &f, k);
+            assert!(
+                (v - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                "{k:?}: {v} vs {want}"
             );
         }
     }
