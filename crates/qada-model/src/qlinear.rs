@@ -260,7 +260,7 @@ mod avx2 {
         for b in 0..nb {
             let blk = r.add(20 * b);
             // [d, m, 0, 0] (only the 4 scale bytes: quant bytes read as halves may be NaN)
-            let dm = _mm_cvtph_ps(_mm_loadu_si32(blk));
+            let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((blk as *const i32).read_unaligned()));
             mins = _mm_fmadd_ps(dm, _mm_loadu_ps(sums_m.as_ptr().add(4 * b)), mins);
             let w = _mm256_broadcastsi128_si256(_mm_loadu_si128(blk.add(4) as *const __m128i));
             let xb = x.add(QK * b);
