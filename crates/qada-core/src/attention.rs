@@ -450,6 +450,11 @@ mod f16_avx2 {
                     let mut i = 0;
                     while i + 4 <= n {
                         let mut acc = [[_mm256_setzero_ps(); 4]; H];
+                        // the rows 32 ahead are on their way from memory meanwhile
+                        let ahead = k.wrapping_add((i + 32) * d) as *const i8;
+                        for line in (0..4 * d * std::mem::size_of::<$elem>()).step_by(64) {
+                            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
+                        }
                         let mut c = 0;
                         while c < d {
                             let kr = [
@@ -555,7 +560,19 @@ mod f16_avx2 {
                             *tx = _mm256_loadu_ps(a.add((j0 + j) * d + c + 8 * x));
                         }
                     }
+                    // the first sweep of a block fetches the next block's rows meanwhile
+                    let next = if j0 == 0 && c == 0 {
+                        Some(v.wrapping_add(ROWS * d) as *const i8)
+                    } else {
+                        None
+                    };
+                    let row_bytes = d * std::mem::size_of::<$elem>();
                     for i in r0..r1 {
+                        if let Some(p) = next {
+                            for line in (0..row_bytes).step_by(64) {
+                                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(i * row_bytes + line));
+                            }
+                        }
                         let mut vr = [_mm256_setzero_ps(); W];
                         for (x, vx) in vr.iter_mut().enumerate() {
                             *vx = $load(v.add(i * d + c + 8 * x));
