@@ -512,33 +512,35 @@ mod f16_avx2 {
                     let r1 = (r0 + ROWS).min(n);
                     let mut j0 = 0;
                     while j0 < h {
-                        let mut c = 0;
-                        while c < d {
-                            match (h - j0, d - c >= 16) {
-                                (1, true) => {
-                                    acc_tile::<1, 2>(acc, weights, values, d, (r0, r1), j0, c)
-                                }
-                                (2, true) => {
-                                    acc_tile::<2, 2>(acc, weights, values, d, (r0, r1), j0, c)
-                                }
-                                (_, true) => {
-                                    acc_tile::<3, 2>(acc, weights, values, d, (r0, r1), j0, c)
-                                }
-                                (1, false) => {
-                                    acc_tile::<1, 1>(acc, weights, values, d, (r0, r1), j0, c)
-                                }
-                                (2, false) => {
-                                    acc_tile::<2, 1>(acc, weights, values, d, (r0, r1), j0, c)
-                                }
-                                (_, false) => {
-                                    acc_tile::<3, 1>(acc, weights, values, d, (r0, r1), j0, c)
-                                }
-                            }
-                            c += if d - c >= 16 { 16 } else { 8 };
+                        let rows = (r0, r1);
+                        match h - j0 {
+                            1 => acc_columns::<1>(acc, weights, values, d, rows, j0),
+                            2 => acc_columns::<2>(acc, weights, values, d, rows, j0),
+                            _ => acc_columns::<3>(acc, weights, values, d, rows, j0),
                         }
                         j0 += 3;
                     }
                     r0 = r1;
+                }
+
+                /// [`acc_tile`] over every column: 16 at a time, then 8 where `d % 16 == 8`.
+                #[target_feature(enable = $feat)]
+                unsafe fn acc_columns<const H: usize>(
+                    acc: &mut [f32],
+                    weights: &[f32],
+                    values: &[$elem],
+                    d: usize,
+                    rows: (usize, usize),
+                    j0: usize,
+                ) {
+                    let mut c = 0;
+                    while c + 16 <= d {
+                        acc_tile::<H, 2>(acc, weights, values, d, rows, j0, c);
+                        c += 16;
+                    }
+                    if c < d {
+                        acc_tile::<H, 1>(acc, weights, values, d, rows, j0, c);
+                    }
                 }
 
                 /// `acc[j0 + j][c .. c + 8 W] += sum_{i in rows} w[j0 + j][i] v_i[c .. c + 8 W]`.
