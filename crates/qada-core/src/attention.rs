@@ -111,25 +111,38 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[inline(always)]
 pub fn fast_exp(x: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer
-    const LN2_HI: f32 = 0.693_359_4;
-    const LN2_LO: f32 = -2.121_944_4e-4;
-    // branch-free so that loops over it vectorize: clamp, compute, then select
-    let xc = x.max(-87.0);
+                                     // branch-free so that loops over it vectorize: clamp, compute, then select
+    let xc = x.max(EXP_FLOOR);
     let n = (xc * std::f32::consts::LOG2_E + MAGIC) - MAGIC;
     let r = (xc - n * LN2_HI) - n * LN2_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0
-                    + r * (1.0 / 24.0
-                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    let p = EXP_TAYLOR[1..]
+        .iter()
+        .fold(EXP_TAYLOR[0], |p, &c| p * r + c);
     let v = f32::from_bits((p.to_bits() as i32).wrapping_add((n as i32) << 23) as u32);
-    if x < -87.0 {
+    if x < EXP_FLOOR {
         0.0
     } else {
         v
     }
 }
+
+/// `ln 2` split for the Cody-Waite reduction of [`fast_exp`]: `LN2_HI` has few enough bits
+/// that `n * LN2_HI` is exact for the `n` that occur.
+const LN2_HI: f32 = 0.693_359_4;
+const LN2_LO: f32 = -2.121_944_4e-4;
+/// Taylor coefficients of `exp(r)`, highest degree first (Horner order): `1/7!, ..., 1/1!, 1`.
+const EXP_TAYLOR: [f32; 8] = [
+    1.0 / 5040.0,
+    1.0 / 720.0,
+    1.0 / 120.0,
+    1.0 / 24.0,
+    1.0 / 6.0,
+    0.5,
+    1.0,
+    1.0,
+];
+/// Inputs below this give 0 (`exp` would be subnormal).
+const EXP_FLOOR: f32 = -87.0;
 
 /// `s_i <- exp(s_i - m)` for every score; returns their sum.
 ///
@@ -139,7 +152,7 @@ pub fn exp_in_place(s: &mut [f32], m: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the CPU features were detected.
-        return unsafe { f16_avx2::exp_in_place(s, m) };
+        return unsafe { avx2::exp_in_place(s, m) };
     }
     for x in s.iter_mut() {
         *x = fast_exp(*x - m);
@@ -161,7 +174,7 @@ pub fn max_score(s: &[f32], init: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         // SAFETY: the CPU features were detected.
-        return unsafe { f16_avx2::max_score(s, init) };
+        return unsafe { avx2::max_score(s, init) };
     }
     s.iter().fold(init, |a, &b| a.max(b))
 }
@@ -204,7 +217,7 @@ impl Elem for f32 {
         #[cfg(target_arch = "x86_64")]
         if d % 8 == 0 && has_avx2() && out.len() >= (queries.len() / d) * (keys.len() / d) {
             // SAFETY: features detected, shape checked.
-            return unsafe { f16_avx2::block_scores_f32(queries, keys, d, scale, out) };
+            return unsafe { avx2::block_scores_f32(queries, keys, d, scale, out) };
         }
         block_scores_portable(queries, keys, d, scale, out)
     }
@@ -212,7 +225,7 @@ impl Elem for f32 {
         #[cfg(target_arch = "x86_64")]
         if d % 8 == 0 && has_avx2() && weights.len() >= (acc.len() / d) * (values.len() / d) {
             // SAFETY: features detected, shape checked.
-            return unsafe { f16_avx2::block_accumulate_f32(acc, weights, values, d) };
+            return unsafe { avx2::block_accumulate_f32(acc, weights, values, d) };
         }
         block_accumulate_portable(acc, weights, values, d)
     }
@@ -261,10 +274,12 @@ fn has_f16c() -> bool {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod f16_avx2 {
+mod avx2 {
     use std::arch::x86_64::*;
 
     use qada_stats::f16;
+
+    use super::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO};
 
     /// # Safety
     /// AVX2, FMA and F16C; `q.len() == row.len()`.
@@ -278,10 +293,7 @@ mod f16_avx2 {
             acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(i)), k, acc);
             i += 8;
         }
-        let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        let mut total = _mm_cvtss_f32(s);
+        let mut total = hsum(acc);
         while i < n {
             total += q[i] * row[i].to_f32();
             i += 1;
@@ -296,22 +308,12 @@ mod f16_avx2 {
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn exp_in_place(s: &mut [f32], m: f32) -> f32 {
         let mv = _mm256_set1_ps(m);
-        let lo = _mm256_set1_ps(-87.0);
+        let lo = _mm256_set1_ps(EXP_FLOOR);
         let (log2e, ln2_hi, ln2_lo) = (
             _mm256_set1_ps(std::f32::consts::LOG2_E),
-            _mm256_set1_ps(0.693_359_4),
-            _mm256_set1_ps(-2.121_944_4e-4),
+            _mm256_set1_ps(LN2_HI),
+            _mm256_set1_ps(LN2_LO),
         );
-        const C: [f32; 7] = [
-            1.0 / 5040.0,
-            1.0 / 720.0,
-            1.0 / 120.0,
-            1.0 / 24.0,
-            1.0 / 6.0,
-            0.5,
-            1.0,
-        ];
-        let one = _mm256_set1_ps(1.0);
         let (mut sum0, mut sum1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
         let exp8 = |x: __m256| -> __m256 {
             let xc = _mm256_max_ps(x, lo);
@@ -320,11 +322,10 @@ mod f16_avx2 {
                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
             );
             let r = _mm256_fnmadd_ps(n, ln2_lo, _mm256_fnmadd_ps(n, ln2_hi, xc));
-            let mut p = _mm256_set1_ps(C[0]);
-            for &c in &C[1..] {
+            let mut p = _mm256_set1_ps(EXP_TAYLOR[0]);
+            for &c in &EXP_TAYLOR[1..] {
                 p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
             }
-            p = _mm256_fmadd_ps(p, r, one);
             let bits = _mm256_add_epi32(
                 _mm256_castps_si256(p),
                 _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23),
@@ -350,7 +351,7 @@ mod f16_avx2 {
             sum0 = _mm256_add_ps(sum0, a);
             i += 8;
         }
-        let mut total = _mm_cvtss_f32(hsum4(&[_mm256_add_ps(sum0, sum1); 4]));
+        let mut total = hsum(_mm256_add_ps(sum0, sum1));
         if i < n {
             // the tail through a padded vector, so every element sees the same arithmetic
             let mut t = [f32::NEG_INFINITY; 8];
@@ -395,6 +396,14 @@ mod f16_avx2 {
     #[inline(always)]
     unsafe fn load_f32(p: *const f32) -> __m256 {
         _mm256_loadu_ps(p)
+    }
+
+    /// The sum of the 8 lanes.
+    #[inline(always)]
+    unsafe fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
     }
 
     /// `[sum(a[0]), sum(a[1]), sum(a[2]), sum(a[3])]`: four horizontal sums in three `hadd`s.
@@ -485,8 +494,7 @@ mod f16_avx2 {
                                 a = _mm256_fmadd_ps(qv, $load(k.add(i * d + c)), a);
                                 c += 8;
                             }
-                            let s = hsum4(&[a, a, a, a]);
-                            *o.add((j0 + j) * n + i) = scale * _mm_cvtss_f32(s);
+                            *o.add((j0 + j) * n + i) = scale * hsum(a);
                         }
                         i += 1;
                     }
@@ -641,7 +649,7 @@ impl Elem for f16 {
         #[cfg(target_arch = "x86_64")]
         if has_f16c() {
             // SAFETY: the CPU features were detected above.
-            return unsafe { f16_avx2::dot(q, row) };
+            return unsafe { avx2::dot(q, row) };
         }
         q.iter().zip(row).map(|(&a, b)| a * b.to_f32()).sum()
     }
@@ -650,7 +658,7 @@ impl Elem for f16 {
         #[cfg(target_arch = "x86_64")]
         if has_f16c() {
             // SAFETY: the CPU features were detected above.
-            return unsafe { f16_avx2::axpy(acc, w, row) };
+            return unsafe { avx2::axpy(acc, w, row) };
         }
         for (a, x) in acc.iter_mut().zip(row) {
             *a += w * x.to_f32();
@@ -659,24 +667,24 @@ impl Elem for f16 {
     fn block_scores(queries: &[f32], keys: &[f16], d: usize, scale: f32, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         if d % 8 == 0
-            && d <= f16_avx2::MAX_D
+            && d <= avx2::MAX_D
             && has_f16c()
             && out.len() >= (queries.len() / d) * (keys.len() / d)
         {
             // SAFETY: features detected, shape checked.
-            return unsafe { f16_avx2::block_scores(queries, keys, d, scale, out) };
+            return unsafe { avx2::block_scores(queries, keys, d, scale, out) };
         }
         block_scores_portable(queries, keys, d, scale, out)
     }
     fn block_accumulate(acc: &mut [f32], weights: &[f32], values: &[f16], d: usize) {
         #[cfg(target_arch = "x86_64")]
         if d % 8 == 0
-            && d <= f16_avx2::MAX_D
+            && d <= avx2::MAX_D
             && has_f16c()
             && weights.len() >= (acc.len() / d) * (values.len() / d)
         {
             // SAFETY: features detected, shape checked.
-            return unsafe { f16_avx2::block_accumulate(acc, weights, values, d) };
+            return unsafe { avx2::block_accumulate(acc, weights, values, d) };
         }
         block_accumulate_portable(acc, weights, values, d)
     }

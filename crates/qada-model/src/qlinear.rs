@@ -60,9 +60,7 @@ pub struct Q8Acts {
     /// The f32 activations of each 32-block in the order the AVX2 Q4 kernel unpacks nibbles
     /// ([`nibble_order`]), the last block padded with zeros.
     pub f_nib: Vec<f32>,
-    /// `[0, sum_b, 0, 0]` per block: multiplied by a block's converted `[d, m, ..]` it gives
-    /// the `m sum(x)` term without moving `m` across lanes.
-    pub sums_m: Vec<f32>,
+
     /// Which product to use: f32 activations (near-exact) or int8 (faster, coarser).
     pub precision: ActPrecision,
 }
@@ -93,9 +91,6 @@ impl Q8Acts {
                 *o = x.get(b * QK + nibble_order(p)).copied().unwrap_or(0.0);
             }
         }
-        self.sums_m.clear();
-        self.sums_m
-            .extend(self.sums.iter().flat_map(|&s| [0.0, s, 0.0, 0.0]));
         if self.precision == ActPrecision::F32 {
             return;
         }
@@ -234,19 +229,19 @@ mod avx2 {
 
     /// Q4_1 row against f32 activations: `sum_b d_b sum_j q_j x_j + m_b sum_j x_j`.
     ///
-    /// No cross-lane shuffles (port 5 bound them before): the 16 quant bytes are loaded into
-    /// both halves of a register, each of four variable right shifts (`vpsrlvd`) and a mask
-    /// leaves one nibble per 32-bit lane, converted to f32 and multiplied by the activations
-    /// stored in that order ([`super::nibble_order`]). `[d, m]` is converted straight from
-    /// memory; `m sum(x)` accumulates lane-wise against `[0, sum_b, 0, 0]`.
+    /// Few cross-lane shuffles (the shuffle port bound the kernel before): the 16 quant bytes
+    /// are loaded into both halves of a register, each of four variable right shifts
+    /// (`vpsrlvd`) and a mask leaves one nibble per 32-bit lane, converted to f32 and multiplied
+    /// by the activations stored in that order ([`super::nibble_order`]). `[d, m]` is
+    /// converted straight from memory.
     ///
     /// # Safety
     /// AVX2, FMA and F16C; `row` holds whole Q4_1 blocks for `x_nib` (the activations in nibble
-    /// order) and `sums_m` four floats a block.
+    /// order) and `sums` the block sums of the activations.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_q4_1_f32(row: &[u8], x_nib: &[f32], sums_m: &[f32]) -> f32 {
+    pub unsafe fn dot_q4_1_f32(row: &[u8], x_nib: &[f32], sums: &[f32]) -> f32 {
         let nb = row.len() / 20;
-        assert!(x_nib.len() >= nb * QK && sums_m.len() >= nb * 4);
+        assert!(x_nib.len() >= nb * QK && sums.len() >= nb);
         let mask = _mm256_set1_epi32(0x0f);
         let shifts = [
             _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4),
@@ -257,11 +252,12 @@ mod avx2 {
         let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
         let mut mins = _mm_setzero_ps();
         let (r, x) = (row.as_ptr(), x_nib.as_ptr());
-        for b in 0..nb {
+        for (b, sum) in sums[..nb].iter().enumerate() {
             let blk = r.add(20 * b);
-            // [d, m, 0, 0] (only the 4 scale bytes: quant bytes read as halves may be NaN)
+            // [d, m, 0, 0]: only the 4 scale bytes
             let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((blk as *const i32).read_unaligned()));
-            mins = _mm_fmadd_ps(dm, _mm_loadu_ps(sums_m.as_ptr().add(4 * b)), mins);
+            // lane 1 gathers m * sum(x); the broadcast is a load, not a shuffle
+            mins = _mm_fmadd_ps(dm, _mm_broadcast_ss(sum), mins);
             let w = _mm256_broadcastsi128_si256(_mm_loadu_si128(blk.add(4) as *const __m128i));
             let xb = x.add(QK * b);
             let q = |k: usize| {
@@ -389,7 +385,7 @@ pub fn dot_row(ty: GgmlType, row: &[u8], a: &Q8Acts, k: Kernels) -> f32 {
     match (ty, k) {
         #[cfg(target_arch = "x86_64")]
         (GgmlType::Q4_1, Kernels::Avx2) if a.precision == ActPrecision::F32 => unsafe {
-            avx2::dot_q4_1_f32(row, &a.f_nib, &a.sums_m)
+            avx2::dot_q4_1_f32(row, &a.f_nib, &a.sums)
         },
         #[cfg(target_arch = "x86_64")]
         (GgmlType::Q8_0, Kernels::Avx2) if a.precision == ActPrecision::F32 => unsafe {

@@ -12,9 +12,9 @@
 
 use std::time::Instant;
 
-use qada_core::{Dense, Oracle};
+use qada_core::{Dense, LocalityCriterion, Oracle};
 use qada_kv::MomentsMode;
-use qada_model::{Sampler, SamplingParams, Session, SessionOptions};
+use qada_model::{Sampler, SamplingParams, Session, SessionCheckpoint, SessionOptions};
 use serde_json::json;
 
 use crate::common::{fail, load_model, progress_bar, CliResult, CriterionArgs, ModelArgs};
@@ -47,9 +47,34 @@ pub struct Args {
     json: bool,
 }
 
+/// Greedy decoding of `n` tokens from checkpoint `cp` under `criterion` (and, when given and
+/// not the default, `moments`); the seconds the steps took. The accounting of the run stays in
+/// the session.
+fn decode_from(
+    session: &mut Session,
+    cp: &SessionCheckpoint,
+    criterion: Box<dyn LocalityCriterion>,
+    moments: Option<&MomentsMode>,
+    n: usize,
+) -> CliResult<f64> {
+    session.restore(cp)?;
+    session.set_criterion(criterion);
+    if let Some(m) = moments.filter(|m| !matches!(m, MomentsMode::Update)) {
+        session.set_moments_mode(m.clone())?;
+    }
+    let mut sampler = Sampler::new(SamplingParams::default())?;
+    let mut next = sampler.sample(session.logits())?;
+    let t0 = Instant::now();
+    for _ in 0..n {
+        next = sampler.sample(session.step(next)?)?;
+    }
+    Ok(t0.elapsed().as_secs_f64())
+}
+
 /// Read bandwidth with every thread: the best of 5 parallel passes over 512 MiB (bytes / s).
-/// The pass sums 64-bit words with wrapping adds, which the compiler vectorizes freely, so the
-/// loop is bound by memory and not by a chain of dependent float additions.
+/// The pass sums 64-bit words with wrapping adds (no chain of dependent float additions). It
+/// reads less than the same loop in C (`scripts/read_bandwidth.c`, up to 1.5x more here), so
+/// the limits derived from it are a floor of the physical limit.
 fn read_bandwidth() -> f64 {
     use rayon::prelude::*;
     let buf: Vec<u64> = (0..(64usize << 20)).map(|i| i as u64 * 0x9e37).collect();
@@ -121,22 +146,13 @@ pub fn run(a: Args) -> CliResult<()> {
         let mut kv_bytes = [0.0f64; 2];
         for _ in 0..a.reps {
             for (mode, speed) in speeds.iter_mut().enumerate() {
-                session.restore(&cp)?;
-                if mode == 0 {
-                    session.set_criterion(Box::new(Dense));
+                let (criterion, moments) = if mode == 0 {
+                    (Box::new(Dense) as Box<dyn LocalityCriterion>, None)
                 } else {
-                    session.set_criterion(a.criterion.criterion(&model)?);
-                    if !matches!(moments, MomentsMode::Update) {
-                        session.set_moments_mode(moments.clone())?;
-                    }
-                }
-                let mut sampler = Sampler::new(SamplingParams::default())?;
-                let mut next = sampler.sample(session.logits())?;
-                let t0 = Instant::now();
-                for _ in 0..a.new_tokens {
-                    next = sampler.sample(session.step(next)?)?;
-                }
-                speed.push(a.new_tokens as f64 / t0.elapsed().as_secs_f64());
+                    (a.criterion.criterion(&model)?, Some(&moments))
+                };
+                let secs = decode_from(&mut session, &cp, criterion, moments, a.new_tokens)?;
+                speed.push(a.new_tokens as f64 / secs);
                 let acc = session.accounting();
                 kv_bytes[mode] = acc.kv_bytes / a.new_tokens as f64;
                 if mode == 1 {
@@ -155,13 +171,8 @@ pub fn run(a: Args) -> CliResult<()> {
         );
         let (dense, adaptive) = (median(&mut speeds[0]), median(&mut speeds[1]));
         let ceiling = if a.ceiling {
-            session.restore(&cp)?;
-            session.set_criterion(Box::new(Oracle::new(a.criterion.tau)?));
-            let mut sampler = Sampler::new(SamplingParams::default())?;
-            let mut next = sampler.sample(session.logits())?;
-            for _ in 0..a.new_tokens {
-                next = sampler.sample(session.step(next)?)?;
-            }
+            let oracle = Box::new(Oracle::new(a.criterion.tau)?);
+            decode_from(&mut session, &cp, oracle, None, a.new_tokens)?;
             pb.inc(1);
             let acc = session.accounting();
             let bytes = weight_bytes + acc.kv_bytes / a.new_tokens as f64;
