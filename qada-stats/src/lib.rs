@@ -17,6 +17,7 @@ mod moments;
 mod rows;
 mod score;
 mod signature;
+pub mod simd;
 mod table;
 
 pub use error::{Result, StatsError};

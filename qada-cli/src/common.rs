@@ -104,6 +104,9 @@ pub fn load_model(a: &ModelArgs) -> CliResult<Model> {
 /// Where the prompt comes from and how it is wrapped.
 #[derive(Args, Clone, Debug)]
 pub struct PromptArgs {
+    /// The prompt text, as a positional argument (`qada-cli generate "Once upon a time"`).
+    #[arg(value_name = "TEXT", conflicts_with_all = ["prompt", "prompt_file"])]
+    pub text: Option<String>,
     /// The prompt text.
     #[arg(long, short = 'p', conflicts_with = "prompt_file")]
     pub prompt: Option<String>,
@@ -125,7 +128,7 @@ pub struct PromptArgs {
 impl PromptArgs {
     /// The prompt text: flag, file, or standard input when it is not a terminal.
     pub fn text(&self) -> CliResult<String> {
-        if let Some(p) = &self.prompt {
+        if let Some(p) = self.text.as_ref().or(self.prompt.as_ref()) {
             return Ok(p.clone());
         }
         let from_stdin = || -> CliResult<String> {
@@ -141,7 +144,7 @@ impl PromptArgs {
                 .map_err(|e| format!("cannot read prompt file {}: {e}", p.display()).into()),
             None if !std::io::stdin().is_terminal() => from_stdin(),
             None => fail(
-                "no prompt: pass --prompt TEXT, --prompt-file FILE, or pipe text to standard input",
+                "no prompt: pass TEXT, --prompt TEXT, --prompt-file FILE, or pipe text to standard input",
             ),
         }
     }

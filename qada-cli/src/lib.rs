@@ -1,4 +1,9 @@
-//! `qada`: query-adaptive attention on real GGUF models.
+//! The `qada-cli` command (also installed as `qada`): query-adaptive attention on real GGUF
+//! models.
+//!
+//! Both binaries are this one [`main`]; the name a user typed is the one help and errors show.
+//! The modules are the command's own (argument parsing and printing); the libraries
+//! (`qada-stats`, `qada-core`, `qada-kv`, `qada-model`) hold everything else.
 
 mod cmd;
 mod common;
@@ -10,7 +15,7 @@ use clap::{Parser, Subcommand};
 /// Query-adaptive attention (QAdA) on real GGUF models: for every generated token and every
 /// attention head, decide whether a short local window suffices.
 #[derive(Parser)]
-#[command(name = "qada", version, about, long_about = None)]
+#[command(name = "qada-cli", version, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -34,8 +39,27 @@ enum Command {
     Bench(cmd::bench::Args),
 }
 
-fn main() {
-    let cli = Cli::parse();
+/// Parse the command line, run the subcommand, print an error chain and exit 1 on failure.
+pub fn main() {
+    // Help and usage name the binary the user ran (`qada-cli` or `qada`).
+    let argv0 = std::env::args_os().next();
+    let typed = argv0
+        .as_deref()
+        .map(std::path::Path::new)
+        .and_then(|p| p.file_stem());
+    let bin: &'static str = if typed.is_some_and(|s| s == "qada") {
+        "qada"
+    } else {
+        "qada-cli"
+    };
+    let matches = <Cli as clap::CommandFactory>::command()
+        .name(bin)
+        .bin_name(bin)
+        .get_matches();
+    let cli = match <Cli as clap::FromArgMatches>::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Generate(a) => cmd::generate::run(a),
         Command::Tokenize(a) => cmd::tokenize::run(a),

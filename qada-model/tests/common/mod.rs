@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 /// The real model. Missing means the setup script was not run: fail loudly, never skip.

@@ -1,0 +1,110 @@
+//! The workspace's one CPU-feature detection, and the SIMD helpers every kernel shares.
+//!
+//! A kernel that uses AVX2 takes an [`Avx2`] token. Only [`Avx2::detect`] makes one, and it does
+//! so only on a CPU with AVX2, FMA and F16C, so a safe function that holds a token may call the
+//! `#[target_feature(enable = "avx2,fma,f16c")]` kernels behind it. Setting the environment
+//! variable `QADA_PORTABLE` (to any value) before the first detection makes every kernel of the
+//! workspace take its portable path: the one switch for tests and comparisons.
+//!
+//! It lives in this crate because every other crate of the workspace depends on it.
+
+use std::sync::OnceLock;
+
+/// Proof that this CPU runs AVX2, FMA and F16C code (and that `QADA_PORTABLE` is not set).
+///
+/// The field is private: the only way to get a token is [`Avx2::detect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Avx2 {
+    _detected: (),
+}
+
+impl Avx2 {
+    /// The token when the CPU has AVX2, FMA and F16C and `QADA_PORTABLE` is unset; detected
+    /// once per process.
+    #[inline]
+    pub fn detect() -> Option<Avx2> {
+        static DETECTED: OnceLock<bool> = OnceLock::new();
+        let ok = *DETECTED.get_or_init(|| !portable_forced() && cpu_has_avx2_fma_f16c());
+        ok.then_some(Avx2 { _detected: () })
+    }
+}
+
+/// True when `QADA_PORTABLE` is set: every kernel takes its portable path.
+pub fn portable_forced() -> bool {
+    std::env::var_os("QADA_PORTABLE").is_some()
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_avx2_fma_f16c() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_has_avx2_fma_f16c() -> bool {
+    false
+}
+
+/// Register-level helpers for the AVX2 kernels of every crate.
+///
+/// Each is `unsafe` and `#[target_feature(enable = "avx2,fma,f16c")]`: the caller holds an
+/// [`Avx2`] token (or is itself such a kernel), so inlining into the kernels works across crates.
+#[cfg(target_arch = "x86_64")]
+pub mod x86 {
+    use std::arch::x86_64::*;
+
+    /// The sum of the 8 lanes of `v`.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2, FMA and F16C (an [`super::Avx2`] token exists).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn hsum(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
+    }
+
+    /// `[sum(a[0]), sum(a[1]), sum(a[2]), sum(a[3])]`: four horizontal sums in three `hadd`s.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2, FMA and F16C (an [`super::Avx2`] token exists).
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn hsum4(a: &[__m256; 4]) -> __m128 {
+        let t = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+        _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1))
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hsum_adds_every_lane() {
+        let Some(_t) = Avx2::detect() else { return };
+        let v = [1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.5];
+        // SAFETY: the token proves AVX2/FMA/F16C; the array holds 8 f32.
+        let s = unsafe { x86::hsum(std::arch::x86_64::_mm256_loadu_ps(v.as_ptr())) };
+        assert_eq!(s, 36.5);
+    }
+
+    #[test]
+    fn hsum4_sums_each_vector() {
+        let Some(_t) = Avx2::detect() else { return };
+        let rows: [[f32; 8]; 4] =
+            std::array::from_fn(|r| std::array::from_fn(|i| (r * 10 + i) as f32));
+        // SAFETY: the token proves AVX2/FMA/F16C; each row holds 8 f32.
+        let got = unsafe {
+            let v = rows.map(|r| std::arch::x86_64::_mm256_loadu_ps(r.as_ptr()));
+            let mut out = [0.0f32; 4];
+            std::arch::x86_64::_mm_storeu_ps(out.as_mut_ptr(), x86::hsum4(&v));
+            out
+        };
+        for (r, g) in rows.iter().zip(got) {
+            assert_eq!(g, r.iter().sum::<f32>());
+        }
+    }
+}
