@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite: fetch the real model and corpus, then format check, clippy with
-# warnings as errors, and every test of the workspace (end-to-end tests use the real model).
+# warnings as errors, every test of the workspace (end-to-end tests use the real model), the
+# doc examples, the docs without warnings, and the researcher's example on its own keys.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --all-targets
+cargo test --workspace --doc
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
+# The test profile (opt-level 3) reuses the test build's dependencies.
+cargo run --quiet --profile test -p qada-core --example own_keys > /dev/null
