@@ -14,6 +14,7 @@ pub mod codec;
 mod error;
 mod factored;
 mod moments;
+mod packed;
 mod rows;
 mod score;
 mod signature;
