@@ -85,6 +85,12 @@ impl<D: KeyDistribution + ?Sized> KeyDistribution for &D {
     fn quad_form(&self, q: &[f32]) -> Result<f64> {
         (**self).quad_form(q)
     }
+    fn mean_dot_view(&self, q: ArrayView1<'_, f32>) -> Result<f64> {
+        (**self).mean_dot_view(q)
+    }
+    fn quad_form_view(&self, q: ArrayView1<'_, f32>) -> Result<f64> {
+        (**self).quad_form_view(q)
+    }
 }
 
 /// Mean and variance of the score `s = scale * q . k` under a Gaussian key model.
