@@ -8,9 +8,13 @@ pub enum KvError {
          appended (the prompt plus generated tokens exceed the context length)"
     )]
     CapacityExceeded {
+        /// The layer.
         layer: usize,
+        /// Tokens it holds.
         len: usize,
+        /// Tokens asked for.
         requested: usize,
+        /// Most tokens it may hold.
         capacity: usize,
     },
 
@@ -19,26 +23,56 @@ pub enum KvError {
         "dimension mismatch in {what}: expected a multiple of {expected} values, found {found}"
     )]
     DimensionMismatch {
+        /// Keys, values or the head dimension.
         what: &'static str,
+        /// Length required (or whose multiple is).
         expected: usize,
+        /// Length given.
         found: usize,
     },
 
     /// The local window must be longer than the sink.
     #[error("invalid window: T_local = {local} must be larger than T_sink = {sink}")]
-    InvalidWindow { sink: usize, local: usize },
+    InvalidWindow {
+        /// `T_sink`.
+        sink: usize,
+        /// `T_local`.
+        local: usize,
+    },
 
     /// A layer or KV head index past the model's.
     #[error("{what} index {index} out of range (the cache has {count})")]
     OutOfRange {
+        /// What was indexed.
         what: &'static str,
+        /// Index given.
         index: usize,
+        /// Number of valid indices.
         count: usize,
     },
 
     /// Keys and values of one append must cover the same tokens.
     #[error("keys cover {keys} tokens but values cover {values}")]
-    KeyValueMismatch { keys: usize, values: usize },
+    KeyValueMismatch {
+        /// Tokens the keys cover.
+        keys: usize,
+        /// Tokens the values cover.
+        values: usize,
+    },
+
+    /// [`KvCache::restore`](crate::KvCache::restore) of a checkpoint that another cache took
+    /// (another session, a clone, or this cache before it was cleared).
+    #[error(
+        "this checkpoint was taken from another cache (another session): restore a checkpoint \
+         into the session that made it (the checkpoint is of cache #{checkpoint}, this is cache \
+         #{cache}; a cache takes a new number when cloned or cleared)"
+    )]
+    ForeignCheckpoint {
+        /// [`KvCache::id`](crate::KvCache::id) recorded in the checkpoint.
+        checkpoint: u64,
+        /// Id of the cache it was restored into.
+        cache: u64,
+    },
 
     /// A moment computation or calibration lookup failed.
     #[error(transparent)]

@@ -11,16 +11,56 @@
 //! (moments from a calibration table).
 //!
 //! All views borrow the cache's storage: no key or value is ever copied to build one.
+//!
+//! # Example
+//!
+//! A one-layer cache with one KV head of length 2, a sink of 1 token and a local set of 3
+//! (sink plus a window of 2); six tokens appended, then the three segments and the moments of
+//! the bulk:
+//!
+//! ```
+//! use qada_kv::{CacheShape, KvCache, KvDtype, MomentsMode, WindowConfig};
+//! use qada_stats::Rows;
+//!
+//! let shape = CacheShape { n_layers: 1, n_kv_heads: 1, head_dim: 2, capacity: 16, dtype: KvDtype::F32 };
+//! let mut cache = KvCache::new(shape, WindowConfig::new(1, 3)?, MomentsMode::Update)?;
+//! // token t has key (t, 0) and value (0, t)
+//! let keys: Vec<f32> = (0..6).flat_map(|t| [t as f32, 0.0]).collect();
+//! let values: Vec<f32> = (0..6).flat_map(|t| [0.0, t as f32]).collect();
+//! cache.append(0, &keys, &values)?;
+//!
+//! let head = cache.head(0, 0)?;
+//! assert_eq!(head.len(), 6);
+//! let f32s = |r: Rows<'_>| match r {
+//!     Rows::F32(x) => x.to_vec(),
+//!     Rows::F16(_) => unreachable!("an f32 cache"),
+//! };
+//! // sink: token 0; bulk: tokens 1..4; window: tokens 4 and 5
+//! assert_eq!((head.sink().start, f32s(head.sink().keys)), (0, vec![0.0, 0.0]));
+//! assert_eq!((head.bulk().start, head.bulk().len(2)), (1, 3));
+//! assert_eq!(f32s(head.window().keys), vec![4.0, 0.0, 5.0, 0.0]);
+//! // the bulk moments follow the keys that left the window: tokens 1, 2, 3
+//! assert_eq!(head.bulk_moments().count(), 3);
+//! assert_eq!(head.bulk_moments().mean(), &[2.0, 0.0]);
+//! # Ok::<(), qada_kv::KvError>(())
+//! ```
+
+#![warn(missing_docs)]
 
 mod cache;
+mod checkpoint;
 mod error;
+mod moments_mode;
+mod store;
+mod views;
 mod window;
 
-pub use cache::{
-    CacheCheckpoint, CacheShape, HeadView, KvCache, KvDtype, LayerView, MomentsMode, Segment,
-    FACTOR_TOLERANCE,
-};
+pub use cache::{CacheShape, KvCache};
+pub use checkpoint::CacheCheckpoint;
 pub use error::{KvError, Result};
+pub use moments_mode::{MomentsMode, FACTOR_TOLERANCE};
+pub use store::KvDtype;
+pub use views::{HeadView, LayerView, Segment};
 pub use window::{Split, WindowConfig};
 
 // Types users share across threads.

@@ -462,3 +462,73 @@ fn fixed_moments_are_served_factored_and_current_ones_exactly() {
         assert_eq!(v.bulk_distribution().count(), v.bulk_moments().count());
     }
 }
+
+/// A checkpoint restores only into the cache that took it: another session's cache, a clone
+/// and the same cache after `clear` refuse it with an error that says so, and leave their own
+/// contents as they were.
+#[test]
+fn a_checkpoint_of_another_cache_is_refused() {
+    let (d, heads) = (2, 1);
+    let w = WindowConfig::new(1, 3).unwrap();
+    let fill = |c: &mut KvCache, n: usize| {
+        for layer in 0..2 {
+            c.append(
+                layer,
+                &block(n, 0, heads, d, 0.0),
+                &block(n, 0, heads, d, 1.0),
+            )
+            .unwrap();
+        }
+    };
+    let mut a = KvCache::new(shape(d, heads, 64), w, MomentsMode::Update).unwrap();
+    let mut b = KvCache::new(shape(d, heads, 64), w, MomentsMode::Update).unwrap();
+    assert_ne!(a.id(), b.id());
+    fill(&mut a, 10);
+    fill(&mut b, 20);
+    let cp_a = a.checkpoint();
+    assert_eq!(cp_a.cache_id(), a.id());
+
+    // same shape, longer sequence: before ids this restored a's moments over b's keys
+    let before = b.head(0, 0).unwrap().bulk_moments().clone();
+    let err = b.restore(&cp_a).unwrap_err();
+    assert!(
+        matches!(err, KvError::ForeignCheckpoint { checkpoint, cache } if checkpoint == a.id() && cache == b.id()),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("another cache (another session)")
+            && msg.contains("restore a checkpoint into the session that made it"),
+        "{msg}"
+    );
+    assert_eq!(b.seq_len(), 20);
+    assert_eq!(b.head(0, 0).unwrap().bulk_moments(), &before);
+
+    // a clone is another cache, both ways
+    let mut c = a.clone();
+    assert_ne!(c.id(), a.id());
+    assert!(matches!(
+        c.restore(&cp_a),
+        Err(KvError::ForeignCheckpoint { .. })
+    ));
+    assert!(matches!(
+        a.restore(&c.checkpoint()),
+        Err(KvError::ForeignCheckpoint { .. })
+    ));
+
+    // the cache that took it restores it, also after appending more
+    fill(&mut a, 4);
+    a.restore(&cp_a).unwrap();
+    assert_eq!(a.seq_len(), 10);
+
+    // after clear the cache holds another sequence
+    let old = a.id();
+    a.clear();
+    assert_ne!(a.id(), old);
+    fill(&mut a, 12);
+    assert!(matches!(
+        a.restore(&cp_a),
+        Err(KvError::ForeignCheckpoint { .. })
+    ));
+    assert_eq!(a.seq_len(), 12);
+}

@@ -14,6 +14,10 @@
 //! [`open`] checks magic, version, length and checksum before any field is parsed, so a
 //! truncated file, a flipped byte or a file of another kind is refused with an error that says
 //! which; the [`Decoder`] then bounds-checks every read against the payload.
+//!
+//! Public for the other crates' files (qada-core's static table): [`Format`], [`Encoder`],
+//! [`open`], [`Decoder`], [`read_file`], [`write_file`]. The checksum and the string and array
+//! primitives used by this crate's own files stay inside the crate.
 
 use crate::error::Lossy;
 use crate::{Result, StatsError};
@@ -34,7 +38,7 @@ const TRAILER: usize = 8;
 
 /// FNV-1a, 64 bits. Any single changed byte changes the hash (each step is a bijection of the
 /// state), which is what a corruption check needs; it is not a cryptographic hash.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in bytes {
         h ^= b as u64;
@@ -55,7 +59,7 @@ impl Encoder {
         Encoder::default()
     }
     /// Append a u32.
-    pub fn u32(&mut self, v: u32) {
+    pub(crate) fn u32(&mut self, v: u32) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
     /// Append a u64.
@@ -67,14 +71,14 @@ impl Encoder {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
     /// Append f64 values (no length prefix: the reader must know the count).
-    pub fn f64s(&mut self, v: &[f64]) {
+    pub(crate) fn f64s(&mut self, v: &[f64]) {
         self.buf.reserve(v.len() * 8);
         for x in v {
             self.f64(*x);
         }
     }
     /// Append a string with a u32 length prefix.
-    pub fn str(&mut self, s: &str) {
+    pub(crate) fn str(&mut self, s: &str) {
         self.u32(s.len() as u32);
         self.buf.extend_from_slice(s.as_bytes());
     }
@@ -94,6 +98,9 @@ impl Encoder {
 /// Make the container's payload length and checksum agree with `bytes` (at least a header and
 /// a trailer long; shorter input is returned as is). For fuzzing: mutated files get past the
 /// container checks into the payload parser.
+// Public only for the cargo-fuzz targets outside the workspace (fuzz/fuzz_targets/
+// moment_table.rs and static_table.rs); hidden from the docs, not part of the API.
+#[doc(hidden)]
 pub fn reseal(bytes: &[u8]) -> Vec<u8> {
     let mut b = bytes.to_vec();
     if b.len() < HEADER + TRAILER {
@@ -220,7 +227,7 @@ impl<'a> Decoder<'a> {
     }
 
     /// Read a u32.
-    pub fn u32(&mut self, what: &'static str) -> Result<u32> {
+    pub(crate) fn u32(&mut self, what: &'static str) -> Result<u32> {
         Ok(u32::from_le_bytes(
             self.take(what, 4)?.try_into().expect("4 bytes"),
         ))
@@ -238,7 +245,7 @@ impl<'a> Decoder<'a> {
         ))
     }
     /// Read `n` f64 values; the length is checked before anything is allocated.
-    pub fn f64s(&mut self, what: &'static str, n: u64) -> Result<Vec<f64>> {
+    pub(crate) fn f64s(&mut self, what: &'static str, n: u64) -> Result<Vec<f64>> {
         let bytes = self.take(what, n.saturating_mul(8))?;
         Ok(bytes
             .chunks_exact(8)
@@ -246,7 +253,7 @@ impl<'a> Decoder<'a> {
             .collect())
     }
     /// Read a string of at most `max_len` bytes written by [`Encoder::str`].
-    pub fn str(&mut self, what: &'static str, max_len: u32) -> Result<String> {
+    pub(crate) fn str(&mut self, what: &'static str, max_len: u32) -> Result<String> {
         let at = self.pos;
         let len = self.u32(what)?;
         if len > max_len {

@@ -6,6 +6,12 @@
 //! trace; then `|q Sigma q^T - sum_i (f_i . q)^2| <= lambda_r |q|^2 <= rel_tol trace(Sigma) |q|^2`.
 //! Worth it when the moments stay fixed for many steps (frozen or calibration moments): the
 //! eigendecomposition (faer) costs `O(d^3)` once.
+//!
+//! Linear algebra: the crate's boundary speaks `ndarray` (keys in, mean and covariance out),
+//! but the eigendecomposition runs in faer, converted here and only here: the covariance array
+//! is copied into a faer `Mat` and the factors come back as f32 slices for the kernel. faer
+//! rather than ndarray-linalg, which needs a system LAPACK (OpenBLAS, MKL) at build and run
+//! time; faer is pure Rust on `gemm`, so the crate builds anywhere `cargo` does.
 
 use faer::{Mat, Side};
 
@@ -36,8 +42,9 @@ impl FactoredMoments {
             });
         }
         let d = m.dim();
-        let cov = m.covariance();
-        let a = Mat::<f64>::from_fn(d, d, |i, j| cov[i * d + j]);
+        // ndarray -> faer, at this boundary only
+        let cov = m.covariance_array();
+        let a = Mat::<f64>::from_fn(d, d, |i, j| cov[[i, j]]);
         let evd = a.selfadjoint_eigendecomposition(Side::Lower);
         let s = evd.s().column_vector();
         let u = evd.u();

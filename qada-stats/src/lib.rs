@@ -8,12 +8,43 @@
 //! - [`MomentTable`]: calibration moments (the paper's option 2) per layer and KV head at
 //!   checkpoints, saved in a versioned, checksummed binary file tied to a [`ModelSignature`].
 //!
-//! This crate depends on nothing else in the workspace and never prints.
+//! This crate depends on nothing else in the workspace and never prints. Keys enter as
+//! `ndarray` views or row-major slices; the kernels run on slices.
+//!
+//! # Example
+//!
+//! Moments of four bulk keys (`d = 2`, one key a row), then the Gaussian estimate of the bulk
+//! mass for a query:
+//!
+//! ```
+//! use ndarray::array;
+//! use qada_stats::{GaussianScore, KeyMoments};
+//!
+//! let keys = array![[1.0f32, 0.0], [3.0, 0.0], [1.0, 2.0], [3.0, 2.0]];
+//! let moments = KeyMoments::from_keys(keys.view())?;
+//! assert_eq!(moments.mean_array(), array![2.0, 1.0]);
+//! // population covariance: variance 1 on each axis, no correlation
+//! assert_eq!(moments.covariance_array(), array![[1.0, 0.0], [0.0, 1.0]]);
+//!
+//! let q = array![2.0f32, 4.0];
+//! let scale = 1.0 / 2f64.sqrt(); // 1 / sqrt(d)
+//! let score = GaussianScore::of_query(q.view(), &moments, scale)?;
+//! // mu_s = scale q . mu_K = 8 scale, sigma_s^2 = scale^2 q Sigma_K q^T = 20 scale^2
+//! assert!((score.mu_s - 8.0 * scale).abs() < 1e-12);
+//! assert!((score.sigma2_s - 10.0).abs() < 1e-12);
+//! // log A_bulk_hat = ln T_bulk + mu_s + sigma_s^2 / 2, here for T_bulk = 1000 keys
+//! let log_a_bulk = score.log_bulk_mass(1000);
+//! assert!((log_a_bulk - (1000f64.ln() + 8.0 * scale + 5.0)).abs() < 1e-12);
+//! # Ok::<(), qada_stats::StatsError>(())
+//! ```
+
+#![warn(missing_docs)]
 
 pub mod codec;
 mod error;
 mod factored;
 mod moments;
+mod packed;
 mod rows;
 mod score;
 mod signature;

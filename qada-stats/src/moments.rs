@@ -13,9 +13,15 @@
 //! `E[k k^T] - mu mu^T` loses every digit.
 //!
 //! `M2` is symmetric, so only its upper triangle is stored, packed row by row: row `i` holds
-//! `M2[i][i..d]`. That halves the `O(d^2)` cost of a push.
+//! `M2[i][i..d]` (see [`crate::packed`]). That halves the `O(d^2)` cost of a push.
+//!
+//! At the public boundary keys may come as an `ndarray` `T x d` view ([`KeyMoments::from_keys`],
+//! [`KeyMoments::push_keys`]) and the moments leave as arrays ([`KeyMoments::mean_array`],
+//! [`KeyMoments::covariance_array`]); the kernels inside stay on slices.
 
-use crate::{Result, StatsError};
+use ndarray::{Array1, Array2, ArrayView2};
+
+use crate::{packed, Result, StatsError};
 
 /// Streaming mean and population covariance of d-dimensional keys.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,14 +40,14 @@ impl KeyMoments {
             dim,
             count: 0,
             mean: vec![0.0; dim],
-            m2: vec![0.0; dim * (dim + 1) / 2],
+            m2: vec![0.0; packed::len(dim)],
         }
     }
 
     /// Rebuild moments from stored parts (count, mean, packed upper triangle of `M2`).
     pub fn from_parts(count: u64, mean: Vec<f64>, m2_packed: Vec<f64>) -> Result<Self> {
         let dim = mean.len();
-        let expected = dim * (dim + 1) / 2;
+        let expected = packed::len(dim);
         if m2_packed.len() != expected {
             return Err(StatsError::ShapeMismatch {
                 what: "packed M2 of key moments",
@@ -65,6 +71,15 @@ impl KeyMoments {
         Ok(m)
     }
 
+    /// Moments of the rows of `keys`, a `T x d` view (`d = keys.ncols()`). A view in standard
+    /// layout is read in place; any other (transposed, strided) is read row by row, with the
+    /// same arithmetic, so both give the same moments.
+    pub fn from_keys(keys: ArrayView2<'_, f32>) -> Result<Self> {
+        let mut m = KeyMoments::new(keys.ncols());
+        m.push_keys(keys)?;
+        Ok(m)
+    }
+
     /// Key length `d`.
     pub fn dim(&self) -> usize {
         self.dim
@@ -83,6 +98,11 @@ impl KeyMoments {
     /// Mean of the keys (zeros when empty).
     pub fn mean(&self) -> &[f64] {
         &self.mean
+    }
+
+    /// Mean of the keys as an array of length `d` (zeros when empty).
+    pub fn mean_array(&self) -> Array1<f64> {
+        Array1::from(self.mean.clone())
     }
 
     /// Packed upper triangle of `M2 = n Sigma`, row-major.
@@ -105,14 +125,11 @@ impl KeyMoments {
             *mu += *dl / n;
         }
         let c = (n - 1.0) / n;
-        let mut off = 0;
-        for i in 0..d {
+        for (i, r) in packed::rows(d) {
             let a = c * delta[i];
-            let row = &mut self.m2[off..off + (d - i)];
-            for (m, &dj) in row.iter_mut().zip(&delta[i..]) {
+            for (m, &dj) in self.m2[r].iter_mut().zip(&delta[i..]) {
                 *m += a * dj;
             }
-            off += d - i;
         }
         Ok(())
     }
@@ -145,9 +162,34 @@ impl KeyMoments {
         if n == 1 {
             return self.push(keys);
         }
+        self.merge(&KeyMoments::two_pass(d, n, || keys.chunks_exact(d)))
+    }
+
+    /// Add every row of `keys`, a `T x d` view with `d = dim()`: in place when the view is in
+    /// standard layout, else row by row with the same arithmetic as [`KeyMoments::push_rows`].
+    pub fn push_keys(&mut self, keys: ArrayView2<'_, f32>) -> Result<()> {
+        self.check_dim(keys.ncols())?;
+        if let Some(x) = keys.as_slice() {
+            return self.push_rows(x);
+        }
+        let (n, d) = keys.dim();
+        match n {
+            0 => Ok(()),
+            1 => self.push(&keys.row(0).to_vec()),
+            _ => self.merge(&KeyMoments::two_pass(d, n, || keys.rows().into_iter())),
+        }
+    }
+
+    /// Moments of a block of `n >= 1` rows of length `d` by two passes: the mean, then the
+    /// centered outer products. `rows` yields the block's rows, once per pass.
+    fn two_pass<'a, R, I>(d: usize, n: usize, rows: impl Fn() -> I) -> KeyMoments
+    where
+        R: IntoIterator<Item = &'a f32>,
+        I: Iterator<Item = R>,
+    {
         let mut block = KeyMoments::new(d);
         block.count = n as u64;
-        for row in keys.chunks_exact(d) {
+        for row in rows() {
             for (mu, &k) in block.mean.iter_mut().zip(row) {
                 *mu += k as f64;
             }
@@ -156,21 +198,18 @@ impl KeyMoments {
             *mu /= n as f64;
         }
         let mut centered = vec![0.0f64; d];
-        for row in keys.chunks_exact(d) {
+        for row in rows() {
             for ((c, &k), mu) in centered.iter_mut().zip(row).zip(&block.mean) {
                 *c = k as f64 - mu;
             }
-            let mut off = 0;
-            for i in 0..d {
+            for (i, r) in packed::rows(d) {
                 let a = centered[i];
-                let r = &mut block.m2[off..off + (d - i)];
-                for (m, &cj) in r.iter_mut().zip(&centered[i..]) {
+                for (m, &cj) in block.m2[r].iter_mut().zip(&centered[i..]) {
                     *m += a * cj;
                 }
-                off += d - i;
             }
         }
-        self.merge(&block)
+        block
     }
 
     /// Add every row of `keys`, f32 or f16 (converted to f32 first, a block at a time).
@@ -218,15 +257,12 @@ impl KeyMoments {
             .map(|(b, a)| b - a)
             .collect();
         let c = na * nb / n;
-        let mut off = 0;
-        for i in 0..d {
+        for (i, r) in packed::rows(d) {
             let a = c * delta[i];
-            let row = &mut self.m2[off..off + (d - i)];
-            let other_row = &other.m2[off..off + (d - i)];
-            for ((m, &o), &dj) in row.iter_mut().zip(other_row).zip(&delta[i..]) {
+            let other_row = &other.m2[r.clone()];
+            for ((m, &o), &dj) in self.m2[r].iter_mut().zip(other_row).zip(&delta[i..]) {
                 *m += o + a * dj;
             }
-            off += d - i;
         }
         for (mu, dl) in self.mean.iter_mut().zip(&delta) {
             *mu += dl * nb / n;
@@ -244,16 +280,21 @@ impl KeyMoments {
             return out;
         }
         let n = self.count as f64;
-        let mut off = 0;
-        for i in 0..d {
-            for j in i..d {
-                let v = self.m2[off + j - i] / n;
+        for (i, r) in packed::rows(d) {
+            for (j, &m) in (i..).zip(&self.m2[r]) {
+                let v = m / n;
                 out[i * d + j] = v;
                 out[j * d + i] = v;
             }
-            off += d - i;
         }
         out
+    }
+
+    /// Population covariance `Sigma = M2 / n` as a full, exactly symmetric `d x d` array (see
+    /// [`KeyMoments::covariance`]).
+    pub fn covariance_array(&self) -> Array2<f64> {
+        let d = self.dim;
+        Array2::from_shape_vec((d, d), self.covariance()).expect("covariance() is d x d")
     }
 
     /// `q . mu` in f64.
@@ -274,9 +315,8 @@ impl KeyMoments {
         let q64 = scratch(&mut stack, &mut heap, d);
         q64.iter_mut().zip(q).for_each(|(a, &b)| *a = b as f64);
         let mut total = 0.0;
-        let mut off = 0;
-        for i in 0..d {
-            let row = &self.m2[off..off + (d - i)];
+        for (i, r) in packed::rows(d) {
+            let row = &self.m2[r];
             let qs = &q64[i..];
             // off-diagonal terms count twice: q_i (M_ii q_i + 2 sum_{j > i} M_ij q_j)
             let mut acc = [0.0f64; 4];
@@ -292,7 +332,6 @@ impl KeyMoments {
                 off_diag += m * x;
             }
             total += qs[0] * (row[0] * qs[0] + 2.0 * off_diag);
-            off += d - i;
         }
         Ok(total / self.count as f64)
     }

@@ -5,8 +5,33 @@
 //! log-normal with mean `exp(mu_s + sigma_s^2 / 2)`. The bulk mass is then estimated as
 //! `A_bulk_hat = T_bulk exp(mu_s + sigma_s^2 / 2)`, kept in the log domain:
 //! `log A_bulk_hat = ln T_bulk + mu_s + sigma_s^2 / 2`.
+//!
+//! Queries enter as slices (the decoding kernels' form) or as `ndarray` views
+//! ([`GaussianScore::of_query`], [`KeyDistribution::mean_dot_view`]); a view that is not
+//! contiguous is copied to a contiguous row first.
+
+use ndarray::ArrayView1;
 
 use crate::{KeyMoments, Result};
+
+/// Up to this length a non-contiguous query view is copied on the stack.
+const STACK_QUERY: usize = 256;
+
+/// Call `f` with the query as a contiguous slice: the view's own memory when it is contiguous,
+/// else a copy (on the stack up to [`STACK_QUERY`] values).
+fn with_query<T>(q: ArrayView1<'_, f32>, f: impl FnOnce(&[f32]) -> T) -> T {
+    if let Some(x) = q.as_slice() {
+        return f(x);
+    }
+    if q.len() <= STACK_QUERY {
+        let mut buf = [0.0f32; STACK_QUERY];
+        let buf = &mut buf[..q.len()];
+        buf.iter_mut().zip(q.iter()).for_each(|(b, &x)| *b = x);
+        f(buf)
+    } else {
+        f(&q.to_vec())
+    }
+}
 
 /// A distribution of keys seen through a query: what the Gaussian score model needs.
 ///
@@ -22,6 +47,14 @@ pub trait KeyDistribution: Send + Sync + std::fmt::Debug {
     fn mean_dot(&self, q: &[f32]) -> Result<f64>;
     /// `q Sigma_K q^T`.
     fn quad_form(&self, q: &[f32]) -> Result<f64>;
+    /// `q . mu_K` for a query given as an `ndarray` view (of any stride).
+    fn mean_dot_view(&self, q: ArrayView1<'_, f32>) -> Result<f64> {
+        with_query(q, |q| self.mean_dot(q))
+    }
+    /// `q Sigma_K q^T` for a query given as an `ndarray` view (of any stride).
+    fn quad_form_view(&self, q: ArrayView1<'_, f32>) -> Result<f64> {
+        with_query(q, |q| self.quad_form(q))
+    }
 }
 
 impl KeyDistribution for KeyMoments {
@@ -52,6 +85,12 @@ impl<D: KeyDistribution + ?Sized> KeyDistribution for &D {
     fn quad_form(&self, q: &[f32]) -> Result<f64> {
         (**self).quad_form(q)
     }
+    fn mean_dot_view(&self, q: ArrayView1<'_, f32>) -> Result<f64> {
+        (**self).mean_dot_view(q)
+    }
+    fn quad_form_view(&self, q: ArrayView1<'_, f32>) -> Result<f64> {
+        (**self).quad_form_view(q)
+    }
 }
 
 /// Mean and variance of the score `s = scale * q . k` under a Gaussian key model.
@@ -70,6 +109,16 @@ impl GaussianScore {
         let mu_s = scale * keys.mean_dot(q)?;
         let sigma2_s = (scale * scale * keys.quad_form(q)?).max(0.0);
         Ok(GaussianScore { mu_s, sigma2_s })
+    }
+
+    /// [`GaussianScore::new`] for a query given as an `ndarray` view of length `d` (of any
+    /// stride; a non-contiguous view is copied once).
+    pub fn of_query<D: KeyDistribution + ?Sized>(
+        q: ArrayView1<'_, f32>,
+        keys: &D,
+        scale: f64,
+    ) -> Result<Self> {
+        with_query(q, |q| GaussianScore::new(q, keys, scale))
     }
 
     /// `ln E[exp(s)] = mu_s + sigma_s^2 / 2`, the log of the log-normal mean.

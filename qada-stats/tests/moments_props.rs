@@ -1,5 +1,6 @@
 //! Properties of the streaming key moments, each checked against a plain two-pass computation.
 
+use ndarray::{s, Array2, ArrayView2};
 use proptest::prelude::*;
 use qada_stats::KeyMoments;
 
@@ -104,6 +105,57 @@ proptest! {
         let tol = 1e-9 * (1.0 + trace * qq);
         prop_assert!(quad >= -tol, "quad form {quad}");
         prop_assert!((quad - full).abs() <= tol, "packed {quad} vs full {full}");
+    }
+}
+
+proptest! {
+    /// `covariance_array` is the full symmetric population covariance: equal to the two-pass
+    /// reference within 1e-9 relative, entry by entry, and `mean_array` to the two-pass mean.
+    #[test]
+    fn covariance_array_equals_two_pass((d, keys) in keys_strategy()) {
+        let view = ArrayView2::from_shape((keys.len() / d, d), &keys).unwrap();
+        let m = KeyMoments::from_keys(view).unwrap();
+        let (mean, cov) = two_pass(d, &keys);
+        let c = m.covariance_array();
+        prop_assert_eq!(c.dim(), (d, d));
+        let scale = cov.iter().fold(0.0f64, |a, &x| a.max(x.abs()));
+        for i in 0..d {
+            for j in 0..d {
+                let (a, b) = (c[[i, j]], cov[i * d + j]);
+                prop_assert!((a - b).abs() <= 1e-9 * scale.max(f64::MIN_POSITIVE), "({i},{j}): {a} vs {b}");
+                prop_assert_eq!(c[[i, j]], c[[j, i]]);
+            }
+        }
+        close(m.mean_array().as_slice().unwrap(), &mean, 1e-12)?;
+        prop_assert_eq!(m, KeyMoments::from_rows(d, &keys).unwrap());
+    }
+
+    /// A view that is not in standard layout (transposed storage, or every other row) gives
+    /// exactly the moments of its standard-layout copy.
+    #[test]
+    fn from_keys_of_any_layout_equals_its_standard_copy((d, keys) in keys_strategy()) {
+        let n = keys.len() / d;
+        // stored d x n (column-major for the T x d view): its transpose is not standard layout
+        let rows = Array2::from_shape_vec((n, d), keys.clone()).unwrap();
+        let stored = rows.t().as_standard_layout().into_owned();
+        let transposed = stored.t();
+        prop_assert!(n == 1 || d == 1 || transposed.as_slice().is_none());
+        let copy = transposed.as_standard_layout().to_owned();
+        prop_assert_eq!(
+            KeyMoments::from_keys(transposed).unwrap(),
+            KeyMoments::from_keys(copy.view()).unwrap()
+        );
+        // every other row: strided
+        let whole = Array2::from_shape_vec((n, d), keys).unwrap();
+        let strided = whole.slice(s![..;2, ..]);
+        let copy = strided.to_owned();
+        prop_assert_eq!(
+            KeyMoments::from_keys(strided).unwrap(),
+            KeyMoments::from_keys(copy.view()).unwrap()
+        );
+        // push_keys of a wrong width is an error
+        let mut m = KeyMoments::new(d + 1);
+        prop_assert!(m.push_keys(whole.view()).is_err());
     }
 }
 

@@ -1,0 +1,92 @@
+//! Checkpoints: a cache state to return to (typically right after prefill, to decode the same
+//! prompt under several criteria). A checkpoint records the identity of the cache that took it
+//! ([`KvCache::id`]) and restores only into that cache.
+
+use qada_stats::{FactoredMoments, KeyMoments};
+
+use crate::{KvCache, KvError, MomentsMode, Result};
+
+/// A cache state to return to: lengths and bulk moments (see [`KvCache::checkpoint`]).
+#[derive(Clone, Debug)]
+pub struct CacheCheckpoint {
+    /// [`KvCache::id`] of the cache that took it.
+    cache_id: u64,
+    lens: Vec<usize>,
+    moments: Vec<(KeyMoments, usize, Option<FactoredMoments>)>,
+    mode: MomentsMode,
+    moments_fixed: bool,
+    prefill_done: bool,
+}
+
+impl CacheCheckpoint {
+    /// [`KvCache::id`] of the cache that took this checkpoint.
+    pub fn cache_id(&self) -> u64 {
+        self.cache_id
+    }
+}
+
+impl KvCache {
+    /// Remember the current lengths and moments.
+    pub fn checkpoint(&self) -> CacheCheckpoint {
+        CacheCheckpoint {
+            cache_id: self.id,
+            lens: self.lens.clone(),
+            moments: self
+                .heads
+                .iter()
+                .map(|h| (h.bulk.clone(), h.folded, h.factored.clone()))
+                .collect(),
+            mode: self.mode.clone(),
+            moments_fixed: self.moments_fixed,
+            prefill_done: self.prefill_done,
+        }
+    }
+
+    /// Return to a checkpoint taken earlier in the same sequence: tokens appended since are
+    /// dropped and the moments, mode and prefill state are restored.
+    ///
+    /// A checkpoint of another cache (another session, a clone, or this cache before
+    /// [`KvCache::clear`]) is refused with [`KvError::ForeignCheckpoint`]; one whose lengths
+    /// exceed the cache's is refused too.
+    pub fn restore(&mut self, cp: &CacheCheckpoint) -> Result<()> {
+        if cp.cache_id != self.id {
+            return Err(KvError::ForeignCheckpoint {
+                checkpoint: cp.cache_id,
+                cache: self.id,
+            });
+        }
+        if cp.lens.len() != self.lens.len() || cp.moments.len() != self.heads.len() {
+            return Err(KvError::OutOfRange {
+                what: "checkpoint layers",
+                index: cp.lens.len(),
+                count: self.lens.len(),
+            });
+        }
+        for (layer, (&now, &then)) in self.lens.iter().zip(&cp.lens).enumerate() {
+            if then > now {
+                return Err(KvError::CapacityExceeded {
+                    layer,
+                    len: now,
+                    requested: then - now,
+                    capacity: now,
+                });
+            }
+        }
+        let (nh, d) = (self.shape.n_kv_heads, self.shape.head_dim);
+        for (i, (store, (m, folded, factored))) in
+            self.heads.iter_mut().zip(&cp.moments).enumerate()
+        {
+            let len = cp.lens[i / nh];
+            store.keys.truncate(len * d);
+            store.values.truncate(len * d);
+            store.bulk.clone_from(m);
+            store.folded = *folded;
+            store.factored.clone_from(factored);
+        }
+        self.lens.clone_from(&cp.lens);
+        self.mode = cp.mode.clone();
+        self.moments_fixed = cp.moments_fixed;
+        self.prefill_done = cp.prefill_done;
+        Ok(())
+    }
+}

@@ -1,0 +1,150 @@
+//! Where a cache's bulk moments `(mu_K, Sigma_K)` come from, and how they follow the keys:
+//! option 1 of the paper kept current (keys fold into the moments as they leave the window) or
+//! frozen at the end of prefill, or option 2 (moments looked up in a calibration table for the
+//! prompt length). Fixed moments are also kept factored ([`FACTOR_TOLERANCE`]).
+
+use std::sync::Arc;
+
+use qada_stats::{FactoredMoments, KeyMoments, MomentTable};
+
+use crate::{KvCache, KvError, Result};
+
+/// Share of the covariance trace a factored form may leave out (see [`FactoredMoments`]).
+pub const FACTOR_TOLERANCE: f64 = 1e-3;
+
+/// Where the bulk moments `(mu_K, Sigma_K)` come from.
+#[derive(Clone, Debug, Default)]
+pub enum MomentsMode {
+    /// Option 1, kept current: every key that leaves the window joins the bulk moments.
+    #[default]
+    Update,
+    /// Option 1 as in the paper: moments of the prompt's bulk, frozen by
+    /// [`KvCache::finish_prefill`].
+    Frozen,
+    /// Option 2: moments of the first `T - offset` keys of a calibration run, looked up in the
+    /// table for the prompt length `T` at [`KvCache::finish_prefill`].
+    Calibration {
+        /// Calibration moments per layer and KV head at checkpoints.
+        table: Arc<MomentTable>,
+        /// The checkpoint used holds at most `T - offset` keys.
+        offset: usize,
+    },
+}
+
+impl KvCache {
+    /// True when the moments track the cache's own bulk keys as they arrive.
+    pub(crate) fn follows_bulk(&self) -> bool {
+        !self.moments_fixed && !matches!(self.mode, MomentsMode::Calibration { .. })
+    }
+
+    /// Fold the keys of `layer` that left the window since the last fold into its moments.
+    pub(crate) fn fold_layer(&mut self, layer: usize) -> Result<()> {
+        let (nh, d) = (self.shape.n_kv_heads, self.shape.head_dim);
+        let bulk = self.window.split(self.lens[layer]).bulk;
+        for store in &mut self.heads[layer * nh..(layer + 1) * nh] {
+            let from = bulk.start + store.folded;
+            if bulk.end > from {
+                store
+                    .bulk
+                    .push_rows_of(store.keys.rows().slice(from, bulk.end, d))?;
+                store.folded = bulk.end - bulk.start;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replace every head's moments by those of its current bulk keys (two passes).
+    fn recompute_own_moments(&mut self) -> Result<()> {
+        let d = self.shape.head_dim;
+        for h in &mut self.heads {
+            h.bulk = KeyMoments::new(d);
+            h.folded = 0;
+        }
+        for layer in 0..self.shape.n_layers {
+            self.fold_layer(layer)?;
+        }
+        Ok(())
+    }
+
+    /// In calibration mode, take every head's moments from the table's checkpoint for the
+    /// current length; they are fixed from then on.
+    pub(crate) fn apply_calibration(&mut self) -> Result<()> {
+        if let MomentsMode::Calibration { table, offset } = &self.mode {
+            let checkpoint = table.lookup(self.seq_len(), *offset)?;
+            let nh = self.shape.n_kv_heads;
+            for (i, store) in self.heads.iter_mut().enumerate() {
+                let m = checkpoint
+                    .moments(i / nh, i % nh)
+                    .expect("table shape checked at construction");
+                store.bulk.clone_from(m);
+                store.folded = 0;
+            }
+            self.moments_fixed = true;
+        }
+        Ok(())
+    }
+
+    /// Factor every head's moments (they are fixed from now on), or drop the factors.
+    pub(crate) fn refactor(&mut self) -> Result<()> {
+        let fixed = self.moments_fixed;
+        for h in &mut self.heads {
+            h.factored = if fixed && !h.bulk.is_empty() {
+                Some(FactoredMoments::new(&h.bulk, FACTOR_TOLERANCE)?)
+            } else {
+                None
+            };
+        }
+        Ok(())
+    }
+
+    /// Change where the bulk moments come from, from now on. Update resumes folding keys that
+    /// leave the window; frozen stops (after prefill); calibration looks up the table for the
+    /// current length (after prefill). Leaving calibration recomputes the moments of the
+    /// cache's own bulk keys.
+    pub fn set_moments_mode(&mut self, mode: MomentsMode) -> Result<()> {
+        if let MomentsMode::Calibration { table, .. } = &mode {
+            self.check_table(table)?;
+        }
+        let had_own = !matches!(self.mode, MomentsMode::Calibration { .. });
+        self.mode = mode;
+        self.moments_fixed = false;
+        match self.mode {
+            MomentsMode::Calibration { .. } => {
+                if self.prefill_done {
+                    self.apply_calibration()?;
+                }
+            }
+            MomentsMode::Update | MomentsMode::Frozen => {
+                if had_own {
+                    for layer in 0..self.shape.n_layers {
+                        self.fold_layer(layer)?;
+                    }
+                } else {
+                    self.recompute_own_moments()?;
+                }
+                self.moments_fixed = self.prefill_done && matches!(self.mode, MomentsMode::Frozen);
+            }
+        }
+        self.refactor()
+    }
+
+    /// Refuse a calibration table made for another shape of cache.
+    pub(crate) fn check_table(&self, table: &MomentTable) -> Result<()> {
+        let sig = table.signature();
+        let shape = self.shape;
+        if sig.n_layers as usize != shape.n_layers
+            || sig.n_kv_heads as usize != shape.n_kv_heads
+            || sig.head_dim as usize != shape.head_dim
+        {
+            return Err(KvError::Stats(qada_stats::StatsError::ModelMismatch {
+                field: "layers x KV heads x head dimension",
+                found: format!("{} x {} x {}", sig.n_layers, sig.n_kv_heads, sig.head_dim),
+                expected: format!(
+                    "{} x {} x {}",
+                    shape.n_layers, shape.n_kv_heads, shape.head_dim
+                ),
+            }));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,143 @@
+//! Borrowed views of the cache: one layer ([`LayerView`]), one KV head ([`HeadView`]) and its
+//! sink, bulk and window [`Segment`]s. Every view is a sub-slice of the head's contiguous
+//! storage: nothing is copied.
+
+use qada_stats::{FactoredMoments, KeyDistribution, KeyMoments, Rows};
+
+use crate::{KvCache, Split, WindowConfig};
+
+/// One contiguous run of positions of one head: borrowed keys and values, row-major.
+#[derive(Clone, Copy, Debug)]
+pub struct Segment<'a> {
+    /// Position of the first row.
+    pub start: usize,
+    /// `len x d` keys.
+    pub keys: Rows<'a>,
+    /// `len x d` values.
+    pub values: Rows<'a>,
+}
+
+impl<'a> Segment<'a> {
+    /// Number of positions, given the row length.
+    pub fn len(&self, dim: usize) -> usize {
+        self.keys.n_rows(dim)
+    }
+    /// True when the segment holds no position.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+}
+
+/// Borrowed view of one layer and KV head.
+#[derive(Clone, Copy, Debug)]
+pub struct HeadView<'a> {
+    keys: Rows<'a>,
+    values: Rows<'a>,
+    dim: usize,
+    window: WindowConfig,
+    bulk: &'a KeyMoments,
+    factored: Option<&'a FactoredMoments>,
+}
+
+impl<'a> HeadView<'a> {
+    /// Row length `d`.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+    /// Number of cached tokens `T`.
+    pub fn len(&self) -> usize {
+        self.keys.n_rows(self.dim)
+    }
+    /// True when no token is cached.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+    /// All keys, `T x d`.
+    pub fn keys(&self) -> Rows<'a> {
+        self.keys
+    }
+    /// All values, `T x d`.
+    pub fn values(&self) -> Rows<'a> {
+        self.values
+    }
+    /// The sink, bulk and window ranges for the current length.
+    pub fn split(&self) -> Split {
+        self.window.split(self.len())
+    }
+    /// Window configuration of the cache.
+    pub fn window_config(&self) -> WindowConfig {
+        self.window
+    }
+    fn segment(&self, r: std::ops::Range<usize>) -> Segment<'a> {
+        let d = self.dim;
+        Segment {
+            start: r.start,
+            keys: self.keys.slice(r.start, r.end, d),
+            values: self.values.slice(r.start, r.end, d),
+        }
+    }
+    /// The first `T_sink` tokens.
+    pub fn sink(&self) -> Segment<'a> {
+        self.segment(self.split().sink)
+    }
+    /// The most recent `T_local - T_sink` tokens.
+    pub fn window(&self) -> Segment<'a> {
+        self.segment(self.split().window)
+    }
+    /// Everything between sink and window.
+    pub fn bulk(&self) -> Segment<'a> {
+        self.segment(self.split().bulk)
+    }
+    /// Moments of the bulk keys, as the cache's [`MomentsMode`](crate::MomentsMode) defines
+    /// them. Empty (count 0) when there is nothing to estimate from yet.
+    pub fn bulk_moments(&self) -> &'a KeyMoments {
+        self.bulk
+    }
+    /// The bulk key distribution the criterion should use: the factored form of the moments
+    /// while they are fixed (frozen or calibration), the full moments otherwise.
+    pub fn bulk_distribution(&self) -> &'a dyn KeyDistribution {
+        match self.factored {
+            Some(f) => f,
+            None => self.bulk,
+        }
+    }
+}
+
+/// One layer of a [`KvCache`] (see [`KvCache::layer`]).
+#[derive(Clone, Copy, Debug)]
+pub struct LayerView<'a> {
+    cache: &'a KvCache,
+    layer: usize,
+}
+
+impl<'a> LayerView<'a> {
+    /// View of `layer`, already checked to be one of the cache's.
+    pub(crate) fn new(cache: &'a KvCache, layer: usize) -> Self {
+        LayerView { cache, layer }
+    }
+
+    /// KV heads in the layer.
+    pub fn n_kv_heads(&self) -> usize {
+        self.cache.shape.n_kv_heads
+    }
+
+    /// KV head `kv_head`; panics when `kv_head >= n_kv_heads()`, as slice indexing does.
+    pub fn head(&self, kv_head: usize) -> HeadView<'a> {
+        let c = self.cache;
+        let shape = c.shape;
+        assert!(
+            kv_head < shape.n_kv_heads,
+            "KV head {kv_head} of {}",
+            shape.n_kv_heads
+        );
+        let s = c.head_store(self.layer, kv_head);
+        HeadView {
+            keys: s.keys.rows(),
+            values: s.values.rows(),
+            dim: shape.head_dim,
+            window: c.window,
+            bulk: &s.bulk,
+            factored: s.factored.as_ref(),
+        }
+    }
+}
