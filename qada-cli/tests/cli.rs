@@ -297,3 +297,18 @@ fn positional_text_and_prompt_flag_conflict() {
     let o = qada(&["generate", "--model", m.to_str().unwrap(), "-p", "a", "b"]);
     assert_clean_failure(&o, "cannot be used with");
 }
+
+#[test]
+fn model_short_names_resolve_to_the_setup_scripts_files() {
+    let by_path = qada(&[
+        "tokenize",
+        "--model",
+        model().to_str().unwrap(),
+        "a short text",
+    ]);
+    let by_name = qada(&["tokenize", "--model", "smollm2-135m", "a short text"]);
+    assert!(by_name.status.success(), "{}", stderr(&by_name));
+    assert_eq!(by_path.stdout, by_name.stdout);
+    let o = qada(&["tokenize", "--model", "llama-9000b", "x"]);
+    assert_clean_failure(&o, "one of: smollm2-135m, qwen2.5-0.5b, gemma3-270m");
+}
