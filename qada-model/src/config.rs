@@ -80,12 +80,12 @@ pub struct ModelConfig {
 
 const MAX_DIM: u64 = 1 << 20;
 
-/// A hyper-parameter `key` whose value `found` breaks `reason`.
-fn bad(key: String, found: impl std::fmt::Display, reason: String) -> ModelError {
+/// A hyper-parameter `key` whose value `found` breaks the rule `must`.
+fn bad(key: String, found: impl std::fmt::Display, must: String) -> ModelError {
     ModelError::BadMetadata {
         key,
         found: found.to_string(),
-        reason,
+        reason: format!("{must} (the file is damaged or not a decoder model)"),
     }
 }
 

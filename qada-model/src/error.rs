@@ -50,15 +50,13 @@ pub enum ModelError {
     },
 
     /// A hyper-parameter read from the metadata has a value no decoder can have.
-    #[error(
-        "metadata key {key:?} = {found}: {reason} (the file is damaged or not a decoder model)"
-    )]
+    #[error("metadata key {key:?} = {found}: {reason}")]
     BadMetadata {
         /// The key, or keys joined by " and " when their values contradict each other.
         key: String,
         /// The value(s) found.
         found: String,
-        /// What the value must be.
+        /// What the value must be, and what its being otherwise suggests.
         reason: String,
     },
 

@@ -157,7 +157,8 @@ impl Model {
                     c.architecture.name()
                 ),
                 found: format!("{} and {} tokens", c.vocab_size, tokenizer.vocab_size()),
-                reason: "the model and its tokenizer must have the same vocabulary".into(),
+                reason: "the model and its tokenizer must have the same vocabulary (the file is damaged)"
+                    .into(),
             });
         }
         let fmt = opts.weights;
