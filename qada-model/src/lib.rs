@@ -5,7 +5,7 @@
 //!   and dequantizes them; [`qlinear`] multiplies rows that stay in their blocks.
 //! - [`ModelConfig`] and [`Tokenizer`] come from the file's metadata; [`Model`] loads the
 //!   weights; a [`Session`] prefills a prompt and decodes token by token through a
-//!   `qada_core` criterion; [`generate`] samples text.
+//!   `qada_core` criterion; [`generate()`] samples text.
 //!
 //! A Q4_1 tensor written to a GGUF file in memory, read back, and multiplied in its blocks:
 //!

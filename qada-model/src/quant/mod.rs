@@ -4,14 +4,14 @@
 //!
 //! | type | values/block | bytes | layout | value |
 //! |---|---|---|---|---|
-//! | Q4_0 | 32 | 18 | d, qs[16] | `(q - 8) d`, low nibbles first 16, high nibbles last 16 |
-//! | Q4_1 | 32 | 20 | d, m, qs[16] | `q d + m` |
-//! | Q5_0 | 32 | 22 | d, qh[4], qs[16] | `(q - 16) d`, 5th bit from qh |
-//! | Q5_1 | 32 | 24 | d, m, qh[4], qs[16] | `q d + m` |
-//! | Q8_0 | 32 | 34 | d, qs[32] (i8) | `q d` |
-//! | Q4_K | 256 | 144 | d, dmin, scales[12], qs[128] | `d sc q - dmin m` per 32 |
-//! | Q5_K | 256 | 176 | d, dmin, scales[12], qh[32], qs[128] | as Q4_K with a 5th bit |
-//! | Q6_K | 256 | 210 | ql[128], qh[64], scales[16] (i8), d | `d sc (q - 32)` per 16 |
+//! | Q4_0 | 32 | 18 | `d, qs[16]` | `(q - 8) d`, low nibbles first 16, high nibbles last 16 |
+//! | Q4_1 | 32 | 20 | `d, m, qs[16]` | `q d + m` |
+//! | Q5_0 | 32 | 22 | `d, qh[4], qs[16]` | `(q - 16) d`, 5th bit from qh |
+//! | Q5_1 | 32 | 24 | `d, m, qh[4], qs[16]` | `q d + m` |
+//! | Q8_0 | 32 | 34 | `d, qs[32] (i8)` | `q d` |
+//! | Q4_K | 256 | 144 | `d, dmin, scales[12], qs[128]` | `d sc q - dmin m` per 32 |
+//! | Q5_K | 256 | 176 | `d, dmin, scales[12], qh[32], qs[128]` | as Q4_K with a 5th bit |
+//! | Q6_K | 256 | 210 | `ql[128], qh[64], scales[16] (i8), d` | `d sc (q - 32)` per 16 |
 //!
 //! Each layout is a `#[repr(C)]` struct ([`BlockQ4_0`], ..., [`BlockQ6K`]) that [`view`] reads
 //! a row of bytes as, without copying; each block dequantizes itself ([`Dequantize`]).
