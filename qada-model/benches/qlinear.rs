@@ -5,7 +5,7 @@
 //! `cargo bench -p qada-model --bench qlinear`
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
-use qada_model::qlinear::{dot_row, kernels, ActPrecision, Q8Acts, QLinear};
+use qada_model::qlinear::{dot_row, ActPrecision, Kernels, Q8Acts, QLinear};
 use qada_model::quant::GgmlType;
 
 const COLS: usize = 576;
@@ -42,18 +42,15 @@ fn products(c: &mut Criterion) {
         let row_bytes = data.len() / ROWS;
         let layer = QLinear::from_blocks(ROWS, COLS, ty, data.clone(), None).unwrap();
         for precision in [ActPrecision::F32, ActPrecision::Int8] {
-            let mut a = Q8Acts {
-                precision,
-                ..Default::default()
-            };
+            let mut a = Q8Acts::new(precision);
             a.quantize(&x);
             let name = format!("{ty:?}_{precision:?}");
             group.bench_function(format!("row_{name}"), |b| {
-                b.iter(|| dot_row(ty, black_box(&data[..row_bytes]), &a, kernels()))
+                b.iter(|| dot_row(ty, black_box(&data[..row_bytes]), &a, Kernels::detect()))
             });
             let mut y = vec![0.0f32; ROWS];
             group.bench_function(format!("matvec_1536x576_{name}"), |b| {
-                b.iter(|| layer.matvec(black_box(&a), &mut y))
+                b.iter(|| layer.try_matvec(black_box(&a), &mut y))
             });
         }
     }

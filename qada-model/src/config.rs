@@ -80,8 +80,21 @@ pub struct ModelConfig {
 
 const MAX_DIM: u64 = 1 << 20;
 
+/// A hyper-parameter `key` whose value `found` breaks the rule `must`.
+fn bad(key: String, found: impl std::fmt::Display, must: String) -> ModelError {
+    ModelError::BadMetadata {
+        key,
+        found: found.to_string(),
+        reason: format!("{must} (the file is damaged or not a decoder model)"),
+    }
+}
+
 impl ModelConfig {
     /// Read every hyper-parameter from the file.
+    ///
+    /// # Errors
+    /// [`ModelError::BadMetadata`] naming the key (both keys when two disagree) for a value no
+    /// decoder can have; missing keys and wrong types as [`GgufFile`] reports them.
     pub fn from_gguf(f: &GgufFile) -> Result<Self> {
         let architecture = Architecture::from_name(f.get_str("general.architecture")?)?;
         let a = architecture.name();
@@ -89,11 +102,7 @@ impl ModelConfig {
             let key = format!("{a}.{k}");
             let v = f.get_u64(&key)?;
             if v == 0 || v > MAX_DIM {
-                return Err(ModelError::Invalid {
-                    what: format!("metadata {key:?}"),
-                    offset: 0,
-                    reason: format!("{v} is outside 1..={MAX_DIM}"),
-                });
+                return Err(bad(key, v, format!("must be in 1..={MAX_DIM}")));
             }
             Ok(v as usize)
         };
@@ -103,14 +112,19 @@ impl ModelConfig {
             Some(_) => get("attention.head_count_kv")?,
             None => n_heads,
         };
-        if n_embd % n_heads != 0 || n_heads % n_kv_heads != 0 {
-            return Err(ModelError::Invalid {
-                what: "attention head counts".into(),
-                offset: 0,
-                reason: format!(
-                    "{n_embd} wide with {n_heads} heads over {n_kv_heads} KV heads does not divide"
-                ),
-            });
+        if n_embd % n_heads != 0 {
+            return Err(bad(
+                format!("{a}.embedding_length and {a}.attention.head_count"),
+                format!("{n_embd} and {n_heads}"),
+                "the width must be a multiple of the head count".into(),
+            ));
+        }
+        if n_heads % n_kv_heads != 0 {
+            return Err(bad(
+                format!("{a}.attention.head_count and {a}.attention.head_count_kv"),
+                format!("{n_heads} and {n_kv_heads}"),
+                "the head count must be a multiple of the KV head count".into(),
+            ));
         }
         let head_dim = n_embd / n_heads;
         let rope_dim = match f.get(&format!("{a}.rope.dimension_count")) {
@@ -118,26 +132,31 @@ impl ModelConfig {
             None => head_dim,
         };
         if rope_dim > head_dim || rope_dim % 2 != 0 {
-            return Err(ModelError::Invalid {
-                what: format!("metadata \"{a}.rope.dimension_count\""),
-                offset: 0,
-                reason: format!(
-                    "{rope_dim} must be even and at most the head dimension {head_dim}"
-                ),
-            });
+            return Err(bad(
+                format!("{a}.rope.dimension_count"),
+                rope_dim,
+                format!("must be even and at most the head dimension {head_dim}"),
+            ));
         }
         let rope_base = match f.get(&format!("{a}.rope.freq_base")) {
             Some(_) => f.get_f64(&format!("{a}.rope.freq_base"))?,
             None => 10_000.0,
         };
-        let rms_eps = f.get_f64(&format!("{a}.attention.layer_norm_rms_epsilon"))? as f32;
-        let sane = rope_base.is_finite() && rope_base > 1.0 && rms_eps.is_finite() && rms_eps > 0.0;
-        if !sane {
-            return Err(ModelError::Invalid {
-                what: "rope base or RMSNorm epsilon".into(),
-                offset: 0,
-                reason: format!("rope base {rope_base}, epsilon {rms_eps}"),
-            });
+        if !(rope_base.is_finite() && rope_base > 1.0) {
+            return Err(bad(
+                format!("{a}.rope.freq_base"),
+                rope_base,
+                "must be a finite number above 1".into(),
+            ));
+        }
+        let eps_key = format!("{a}.attention.layer_norm_rms_epsilon");
+        let rms_eps = f.get_f64(&eps_key)? as f32;
+        if !(rms_eps.is_finite() && rms_eps > 0.0) {
+            return Err(bad(
+                eps_key,
+                rms_eps,
+                "must be a finite number above 0".into(),
+            ));
         }
         let vocab_size = match f.get(&format!("{a}.vocab_size")) {
             Some(_) => get("vocab_size")?,

@@ -7,14 +7,19 @@ pub enum ModelError {
     /// Reading a file failed.
     #[error("cannot read {path}: {source}")]
     Io {
+        /// The file.
         path: String,
+        /// What the OS said.
         #[source]
         source: std::io::Error,
     },
 
     /// Not a GGUF file.
     #[error("not a GGUF file: expected magic \"GGUF\" at byte 0, found {found:?}")]
-    BadMagic { found: String },
+    BadMagic {
+        /// The first bytes found.
+        found: String,
+    },
 
     /// A GGUF version this reader does not support.
     #[error("unsupported GGUF version {0} (this reader supports versions 2 and 3)")]
@@ -23,18 +28,47 @@ pub enum ModelError {
     /// The file ends before something it announces.
     #[error("truncated GGUF file: {what} at byte {offset} needs {needed} bytes, the file has {available} left")]
     Truncated {
+        /// What was being read.
         what: String,
+        /// Byte offset where it starts.
         offset: u64,
+        /// Bytes it needs.
         needed: u64,
+        /// Bytes the file has left.
         available: u64,
     },
 
     /// A well-formed field with a value that cannot be right.
     #[error("invalid GGUF file: {what} at byte {offset}: {reason}")]
     Invalid {
+        /// What was being read.
         what: String,
+        /// Byte offset in the file.
         offset: u64,
+        /// Why the value cannot be right.
         reason: String,
+    },
+
+    /// A hyper-parameter read from the metadata has a value no decoder can have.
+    #[error("metadata key {key:?} = {found}: {reason}")]
+    BadMetadata {
+        /// The key, or keys joined by " and " when their values contradict each other.
+        key: String,
+        /// The value(s) found.
+        found: String,
+        /// What the value must be, and what its being otherwise suggests.
+        reason: String,
+    },
+
+    /// A slice handed to a product or a layer has another length than its shape implies.
+    #[error("{what}: expected {expected}, found {found}")]
+    Length {
+        /// What was measured.
+        what: String,
+        /// The length it must have.
+        expected: String,
+        /// The length it has.
+        found: usize,
     },
 
     /// A metadata key the model needs is absent.
@@ -44,8 +78,11 @@ pub enum ModelError {
     /// A metadata key has another type than expected.
     #[error("metadata key {key:?} has type {found}, expected {expected}")]
     WrongType {
+        /// The key.
         key: String,
+        /// The type the model needs.
         expected: &'static str,
+        /// The type in the file.
         found: &'static str,
     },
 
@@ -56,14 +93,22 @@ pub enum ModelError {
     /// A tensor has other dimensions than the hyper-parameters imply.
     #[error("tensor {name:?} has shape {found:?}, expected {expected:?}")]
     TensorShape {
+        /// The tensor.
         name: String,
+        /// Dimensions the hyper-parameters imply.
         expected: Vec<u64>,
+        /// Dimensions in the file.
         found: Vec<u64>,
     },
 
     /// A tensor type the dequantizer does not handle.
     #[error("tensor {name:?} has type {ty}, which this build cannot dequantize (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)")]
-    UnsupportedType { name: String, ty: String },
+    UnsupportedType {
+        /// The tensor.
+        name: String,
+        /// Its type.
+        ty: String,
+    },
 
     /// An architecture this build does not implement.
     #[error("unsupported architecture {0:?} (supported: llama, qwen2)")]
@@ -71,7 +116,12 @@ pub enum ModelError {
 
     /// A tensor holds NaN or infinite values.
     #[error("tensor {name:?} holds a non-finite value at element {index}")]
-    NonFinite { name: String, index: usize },
+    NonFinite {
+        /// The tensor.
+        name: String,
+        /// Index of the first non-finite value.
+        index: usize,
+    },
 
     /// The tokenizer could not be built or used.
     #[error("tokenizer: {0}")]

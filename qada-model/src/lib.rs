@@ -1,5 +1,54 @@
 //! A real model for QAdA: GGUF files, their tokenizer, and a Llama-family transformer whose
 //! decoding steps go through a qada-core locality criterion over a qada-kv cache.
+//!
+//! - [`gguf`] reads (and, for tests, writes) GGUF files; [`quant`] knows ggml's block layouts
+//!   and dequantizes them; [`qlinear`] multiplies rows that stay in their blocks.
+//! - [`ModelConfig`] and [`Tokenizer`] come from the file's metadata; [`Model`] loads the
+//!   weights; a [`Session`] prefills a prompt and decodes token by token through a
+//!   `qada_core` criterion; [`generate()`] samples text.
+//!
+//! A Q4_1 tensor written to a GGUF file in memory, read back, and multiplied in its blocks:
+//!
+//! ```
+//! use qada_model::gguf::{writer::GgufWriter, GgufFile, Value};
+//! use qada_model::qlinear::{ActPrecision, Kernels, Q8Acts, QLinear};
+//! use qada_model::quant::{view, BlockQ4_1, Dequantize, GgmlType};
+//!
+//! // one block of 32 values q * d + m: d = 0.5, m = -1, quants 0, 1, ..., 15, 0, 1, ...
+//! let half = |v: f32| half::f16::from_f32(v).to_le_bytes();
+//! let q: Vec<u8> = (0..32).map(|i| i % 16).collect();
+//! let mut bytes = [half(0.5), half(-1.0)].concat();
+//! bytes.extend((0..16).map(|j| q[j] | (q[j + 16] << 4)));
+//!
+//! let mut w = GgufWriter::new();
+//! w.meta("general.name", Value::String("tiny".into()))
+//!     .tensor("w", &[32, 1], 3, bytes.clone()); // ggml type id 3 is Q4_1
+//! let file = GgufFile::parse(w.to_bytes())?;
+//! let (dims, values) = file.tensor_f32("w")?;
+//! assert_eq!(dims, [32, 1]);
+//! assert_eq!(values[3], 3.0 * 0.5 - 1.0);
+//!
+//! // the same bytes through the typed block view
+//! let blocks = view::<BlockQ4_1>(&bytes).expect("whole blocks");
+//! let mut y = [0.0f32; 32];
+//! blocks[0].dequantize(&mut y);
+//! assert_eq!(&y[..], &values[..]);
+//!
+//! // a 1 x 32 layer in its blocks against x = 1: the sum of the row
+//! let layer = QLinear::from_blocks(1, 32, GgmlType::Q4_1, bytes, None)?;
+//! let mut x = Q8Acts::new(ActPrecision::F32);
+//! x.quantize(&[1.0; 32]);
+//! let mut out = [0.0f32];
+//! layer.try_matvec(&x, &mut out)?;
+//! assert!((out[0] - values.iter().sum::<f32>()).abs() < 1e-4);
+//!
+//! // lengths are checked: 31 activations do not fit a row of 32
+//! x.quantize(&[1.0; 31]);
+//! assert!(layer.try_matvec(&x, &mut out).is_err());
+//! assert!(qada_model::qlinear::dot_row(GgmlType::Q4_1, &[0; 19], &x, Kernels::detect()).is_err());
+//! # Ok::<(), qada_model::ModelError>(())
+//! ```
+#![warn(missing_docs)]
 
 mod error;
 pub mod gguf;

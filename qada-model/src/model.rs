@@ -14,18 +14,18 @@ use crate::qlinear::QLinear;
 use crate::tokenizer::Tokenizer;
 use crate::{ModelError, Result};
 
-/// Weights of one transformer block.
+/// Weights of one transformer block (read by the session; not part of the API).
 #[derive(Clone, Debug)]
 pub struct Block {
-    pub attn_norm: Vec<f32>,
-    pub q: QLinear,
-    pub k: QLinear,
-    pub v: QLinear,
-    pub o: QLinear,
-    pub ffn_norm: Vec<f32>,
-    pub gate: QLinear,
-    pub up: QLinear,
-    pub down: QLinear,
+    pub(crate) attn_norm: Vec<f32>,
+    pub(crate) q: QLinear,
+    pub(crate) k: QLinear,
+    pub(crate) v: QLinear,
+    pub(crate) o: QLinear,
+    pub(crate) ffn_norm: Vec<f32>,
+    pub(crate) gate: QLinear,
+    pub(crate) up: QLinear,
+    pub(crate) down: QLinear,
 }
 
 /// A loaded model: configuration, tokenizer and weights.
@@ -101,7 +101,11 @@ fn matrix(
     }
     if fmt == WeightFormat::F32 || info.ty == crate::quant::GgmlType::F32 {
         let (_, w) = f.tensor_f32(name)?;
-        return Ok(QLinear::from_f32(rows, cols, w, bias));
+        return QLinear::from_f32(rows, cols, w, bias).map_err(|e| ModelError::Invalid {
+            what: format!("tensor {name:?}"),
+            offset: f.data_offset + info.offset,
+            reason: e.to_string(),
+        });
     }
     if !info.ty.can_dequantize() {
         return Err(ModelError::UnsupportedType {
@@ -111,13 +115,13 @@ fn matrix(
     }
     // check every value is finite, as the f32 path does, without keeping the f32 copy
     f.tensor_f32(name)?;
-    QLinear::from_blocks(rows, cols, info.ty, f.tensor_bytes(info).to_vec(), bias).ok_or_else(
-        || ModelError::Invalid {
+    QLinear::from_blocks(rows, cols, info.ty, f.tensor_bytes(info).to_vec(), bias).map_err(|e| {
+        ModelError::Invalid {
             what: format!("tensor {name:?}"),
             offset: f.data_offset + info.offset,
-            reason: "rows are not whole blocks".into(),
-        },
-    )
+            reason: e.to_string(),
+        }
+    })
 }
 
 fn linear(
@@ -147,14 +151,14 @@ impl Model {
         let tokenizer = Tokenizer::from_gguf(f)?;
         let c = &config;
         if tokenizer.vocab_size() != c.vocab_size {
-            return Err(ModelError::Invalid {
-                what: "vocabulary".into(),
-                offset: 0,
-                reason: format!(
-                    "the tokenizer has {} tokens, the model {}",
-                    tokenizer.vocab_size(),
-                    c.vocab_size
+            return Err(ModelError::BadMetadata {
+                key: format!(
+                    "{}.vocab_size and tokenizer.ggml.tokens",
+                    c.architecture.name()
                 ),
+                found: format!("{} and {} tokens", c.vocab_size, tokenizer.vocab_size()),
+                reason: "the model and its tokenizer must have the same vocabulary (the file is damaged)"
+                    .into(),
             });
         }
         let fmt = opts.weights;
@@ -246,7 +250,6 @@ impl Model {
                 self.config.vocab_size
             )));
         }
-        self.embedding.row_f32(t, out);
-        Ok(())
+        self.embedding.row_f32(t, out)
     }
 }

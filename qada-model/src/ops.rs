@@ -66,6 +66,9 @@ pub fn swiglu(g: &mut [f32], u: &[f32]) {
 }
 
 /// `y = W x` for a row-major `rows x cols` matrix, output rows split across threads.
+///
+/// # Panics
+/// When `w` is shorter than `rows * cols` or `y` than `rows` (safe indexing).
 pub fn matvec(w: &[f32], rows: usize, cols: usize, x: &[f32], y: &mut [f32]) {
     debug_assert_eq!(w.len(), rows * cols);
     let chunk = (rows / (4 * rayon::current_num_threads().max(1))).max(16);
@@ -81,14 +84,30 @@ pub fn matvec(w: &[f32], rows: usize, cols: usize, x: &[f32], y: &mut [f32]) {
         });
 }
 
-/// `Y = X W^T`: `X` is `n x k` row-major, `W` is `m x k` row-major, `Y` is `n x m`.
+/// Whether `len` holds `a * b` values (false when the product overflows).
+fn holds(len: usize, a: usize, b: usize) -> bool {
+    a.checked_mul(b).is_some_and(|need| len >= need)
+}
+
+/// `Y = X W^T`: `X` is `n x k` row-major, `W` is `m x k` row-major, `Y` is `n x m` (the first
+/// `n * k`, `m * k` and `n * m` values of the slices).
+///
+/// # Panics
+/// When a slice is shorter than its shape (checked once per call).
 pub fn matmul_t(x: &[f32], n: usize, k: usize, w: &[f32], m: usize, y: &mut [f32]) {
-    debug_assert!(x.len() >= n * k && w.len() >= m * k && y.len() >= n * m);
+    assert!(
+        holds(x.len(), n, k) && holds(w.len(), m, k) && holds(y.len(), n, m),
+        "matmul_t: X {n} x {k}, W {m} x {k}, Y {n} x {m} do not fit slices of {}, {}, {}",
+        x.len(),
+        w.len(),
+        y.len()
+    );
     if n == 0 || m == 0 {
         return;
     }
-    // SAFETY: the asserts above (checked by every caller's shapes) keep every index that the
-    // strides describe inside the three slices; `y` does not alias `x` or `w`.
+    // SAFETY: the assert above keeps every index the strides describe (row-major `n x k`,
+    // `m x k`, `n x m`) inside the three slices; `y` is borrowed mutably, so it aliases neither
+    // `x` nor `w`.
     unsafe {
         gemm::gemm(
             n,
@@ -116,6 +135,9 @@ pub fn matmul_t(x: &[f32], n: usize, k: usize, w: &[f32], m: usize, y: &mut [f32
 
 /// General strided product `dst (n x m) = lhs (n x k) * rhs (k x m)` with explicit row and
 /// column strides, for attention over cached keys and values.
+///
+/// # Panics
+/// When a stride pattern reaches past its slice (checked once per call).
 #[allow(clippy::too_many_arguments)]
 pub fn gemm_strided(
     n: usize,
@@ -133,11 +155,28 @@ pub fn gemm_strided(
     if n == 0 || m == 0 {
         return;
     }
-    let last = |rs: usize, cs: usize, r: usize, c: usize| (r - 1) * rs + (c - 1) * cs;
-    assert!(last(dst_rs, 1, n, m) < dst.len());
-    assert!(k == 0 || last(lhs_rs, lhs_cs, n, k) < lhs.len());
-    assert!(k == 0 || last(rhs_rs, rhs_cs, k, m) < rhs.len());
-    // SAFETY: the asserts bound the largest index each stride pattern reaches.
+    // the largest index of an `r x c` pattern (r, c >= 1), `None` when it overflows
+    let last = |rs: usize, cs: usize, r: usize, c: usize| {
+        (r - 1)
+            .checked_mul(rs)?
+            .checked_add((c - 1).checked_mul(cs)?)
+    };
+    let inside = |i: Option<usize>, len: usize| i.is_some_and(|i| i < len);
+    assert!(
+        inside(last(dst_rs, 1, n, m), dst.len()),
+        "gemm_strided: dst too short"
+    );
+    assert!(
+        k == 0 || inside(last(lhs_rs, lhs_cs, n, k), lhs.len()),
+        "gemm_strided: lhs too short"
+    );
+    assert!(
+        k == 0 || inside(last(rhs_rs, rhs_cs, k, m), rhs.len()),
+        "gemm_strided: rhs too short"
+    );
+    // SAFETY: the asserts bound the largest index each stride pattern reaches (computed
+    // without overflow) inside its slice; `dst` is borrowed mutably, so it aliases neither
+    // input.
     unsafe {
         gemm::gemm(
             n,

@@ -288,10 +288,10 @@ impl GgufFile {
             Some(v) => match v.as_u64() {
                 Some(a) if a > 0 && a.is_power_of_two() && a <= 1 << 20 => a,
                 _ => {
-                    return Err(ModelError::Invalid {
-                        what: "general.alignment".into(),
-                        offset: 0,
-                        reason: format!("{} is not a power of two up to 2^20", v.render(4)),
+                    return Err(ModelError::BadMetadata {
+                        key: "general.alignment".into(),
+                        found: v.render(4),
+                        reason: "must be a power of two up to 2^20 (the file is damaged)".into(),
                     })
                 }
             },

@@ -4,18 +4,31 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub enum ValueType {
+    /// Tag of an unsigned 8-bit integer.
     U8 = 0,
+    /// Tag of a signed 8-bit integer.
     I8 = 1,
+    /// Tag of an unsigned 16-bit integer.
     U16 = 2,
+    /// Tag of a signed 16-bit integer.
     I16 = 3,
+    /// Tag of an unsigned 32-bit integer.
     U32 = 4,
+    /// Tag of a signed 32-bit integer.
     I32 = 5,
+    /// Tag of a 32-bit float.
     F32 = 6,
+    /// Tag of a boolean.
     Bool = 7,
+    /// Tag of a UTF-8 string.
     String = 8,
+    /// Tag of an array.
     Array = 9,
+    /// Tag of an unsigned 64-bit integer.
     U64 = 10,
+    /// Tag of a signed 64-bit integer.
     I64 = 11,
+    /// Tag of a 64-bit float.
     F64 = 12,
 }
 
@@ -56,19 +69,31 @@ impl ValueType {
 /// A metadata value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
+    /// An unsigned 8-bit integer.
     U8(u8),
+    /// A signed 8-bit integer.
     I8(i8),
+    /// An unsigned 16-bit integer.
     U16(u16),
+    /// A signed 16-bit integer.
     I16(i16),
+    /// An unsigned 32-bit integer.
     U32(u32),
+    /// A signed 32-bit integer.
     I32(i32),
+    /// A 32-bit float.
     F32(f32),
+    /// A boolean.
     Bool(bool),
+    /// A UTF-8 string.
     String(String),
     /// Elements all of one type (arrays may nest).
     Array(ValueType, Vec<Value>),
+    /// An unsigned 64-bit integer.
     U64(u64),
+    /// A signed 64-bit integer.
     I64(i64),
+    /// A 64-bit float.
     F64(f64),
 }
 

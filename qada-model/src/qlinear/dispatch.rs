@@ -1,0 +1,128 @@
+//! Which kernel multiplies a row of blocks by the activations.
+//!
+//! [`dot_row`] checks lengths once, views the row as typed blocks and picks a kernel from the
+//! block type, the activations' precision and the [`Kernels`] the CPU runs. A new kernel is one
+//! function in `avx2.rs`, one in `portable.rs` (or the generic [`portable::dot_f32`]) and one
+//! arm in [`dot_row_checked`].
+
+use qada_stats::simd::Avx2;
+
+use super::portable;
+use super::{ActPrecision, Q8Acts};
+use crate::quant::{
+    view, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8_0,
+    GgmlType, QuantBlock,
+};
+use crate::{ModelError, Result};
+
+/// Which kernels run: the AVX2 ones only with a token that [`Avx2::detect`] made, so choosing
+/// them on a CPU without AVX2 is impossible.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernels {
+    /// AVX2 + FMA + F16C, proven by the token.
+    Avx2(Avx2),
+    /// Plain Rust.
+    Portable,
+}
+
+impl Kernels {
+    /// The fastest kernels this CPU runs (portable when `QADA_PORTABLE` is set); detected once
+    /// per process.
+    #[inline]
+    pub fn detect() -> Kernels {
+        Avx2::detect().map_or(Kernels::Portable, Kernels::Avx2)
+    }
+}
+
+/// Check that `row_bytes` bytes of `ty` are whole blocks holding `n_acts` values.
+pub(crate) fn check_row(ty: GgmlType, row_bytes: usize, n_acts: usize) -> Result<()> {
+    if !ty.can_dequantize() {
+        return Err(ModelError::UnsupportedType {
+            name: "row".into(),
+            ty: ty.to_string(),
+        });
+    }
+    let Some(expected) = ty.bytes_for(n_acts as u64) else {
+        let (per, _) = ty.block().unwrap_or((1, 1));
+        return Err(ModelError::Length {
+            what: format!("activations against {ty} blocks of {per} values"),
+            expected: format!("a multiple of {per}"),
+            found: n_acts,
+        });
+    };
+    if expected != row_bytes as u64 {
+        return Err(ModelError::Length {
+            what: format!("bytes of a {ty} row against {n_acts} activations"),
+            expected: expected.to_string(),
+            found: row_bytes,
+        });
+    }
+    Ok(())
+}
+
+/// Dot product of one row of `ty` blocks with the activations `a`, by the kernels `k`.
+///
+/// # Errors
+/// [`ModelError::Length`] when `row` is not whole blocks of `ty` holding exactly `a.len()`
+/// values; [`ModelError::UnsupportedType`] for a type without dequantization.
+pub fn dot_row(ty: GgmlType, row: &[u8], a: &Q8Acts, k: Kernels) -> Result<f32> {
+    check_row(ty, row.len(), a.len())?;
+    Ok(dot_row_checked(ty, row, a, k))
+}
+
+/// `row` as blocks of `B`; the caller checked the length.
+#[inline]
+fn blocks<B: QuantBlock>(row: &[u8]) -> &[B] {
+    let v = view::<B>(row);
+    debug_assert!(v.is_some(), "{} row of {} bytes", B::TYPE, row.len());
+    v.unwrap_or(&[])
+}
+
+/// [`dot_row`] after [`check_row`] passed for `(ty, row.len(), a.len())`.
+#[inline]
+pub(crate) fn dot_row_checked(ty: GgmlType, row: &[u8], a: &Q8Acts, k: Kernels) -> f32 {
+    debug_assert!(check_row(ty, row.len(), a.len()).is_ok());
+    let int8 = a.precision == ActPrecision::Int8;
+    // The AVX2 arms: `k` is `Kernels::Avx2` only with a token from `Avx2::detect`, so the CPU
+    // runs AVX2, FMA and F16C; `check_row` made `row` whole blocks of exactly `a.len()` values,
+    // and `Q8Acts::quantize` sizes every buffer of `a` for `a.len()` values (`q` when int8).
+    match (ty, k, int8) {
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q4_1, Kernels::Avx2(_), false) => {
+            // SAFETY: see above: features proven, `f_nib` and `sums` cover the row's blocks.
+            unsafe { super::avx2::dot_q4_1_f32(blocks(row), &a.f_nib, &a.sums) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q8_0, Kernels::Avx2(_), false) => {
+            // SAFETY: see above: features proven, `f` holds 32 values per block.
+            unsafe { super::avx2::dot_q8_0_f32(blocks(row), &a.f) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q4_1, Kernels::Avx2(_), true) => {
+            // SAFETY: see above: features proven, `a` int8 with 32 quants per block.
+            unsafe { super::avx2::dot_q4_1(blocks(row), a) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q4_0, Kernels::Avx2(_), true) => {
+            // SAFETY: see above: features proven, `a` int8 with 32 quants per block.
+            unsafe { super::avx2::dot_q4_0(blocks(row), a) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q8_0, Kernels::Avx2(_), true) => {
+            // SAFETY: see above: features proven, `a` int8 with 32 quants per block.
+            unsafe { super::avx2::dot_q8_0(blocks(row), a) }
+        }
+        (GgmlType::Q4_1, _, true) => portable::dot_q4_1(blocks(row), a),
+        (GgmlType::Q4_0, _, true) => portable::dot_q4_0(blocks(row), a),
+        (GgmlType::Q8_0, _, true) => portable::dot_q8_0(blocks(row), a),
+        (GgmlType::Q4_0, ..) => portable::dot_f32::<BlockQ4_0>(blocks(row), &a.f),
+        (GgmlType::Q4_1, ..) => portable::dot_f32::<BlockQ4_1>(blocks(row), &a.f),
+        (GgmlType::Q5_0, ..) => portable::dot_f32::<BlockQ5_0>(blocks(row), &a.f),
+        (GgmlType::Q5_1, ..) => portable::dot_f32::<BlockQ5_1>(blocks(row), &a.f),
+        (GgmlType::Q8_0, ..) => portable::dot_f32::<BlockQ8_0>(blocks(row), &a.f),
+        (GgmlType::Q4_K, ..) => portable::dot_f32::<BlockQ4K>(blocks(row), &a.f),
+        (GgmlType::Q5_K, ..) => portable::dot_f32::<BlockQ5K>(blocks(row), &a.f),
+        (GgmlType::Q6_K, ..) => portable::dot_f32::<BlockQ6K>(blocks(row), &a.f),
+        (ty, ..) => portable::dot_scalar_f32(ty, row, &a.f),
+    }
+}

@@ -1,0 +1,428 @@
+//! Linear layers whose weights stay in their GGUF blocks.
+//!
+//! Decoding reads every weight once per token, so the bytes read decide the speed. Rows are
+//! multiplied in their blocks against activations prepared once per product ([`Q8Acts`]).
+//! With f32 activations (the default) Q4_1 and Q8_0 rows have AVX2 kernels; with int8
+//! activations (8 bits per 32-value block) Q4_1, Q4_0 and Q8_0 rows have integer kernels,
+//! per block `d_w d_x sum(q_w q_x)` (plus `m_w d_x sum(q_x)` for Q4_1), AVX2 or portable with
+//! the same integer sums. Every other combination is dequantized block by block into a small
+//! buffer and multiplied in f32. F32 weights use f32 products. The AVX2 kernels run only with
+//! a token from CPU detection ([`Kernels::detect`]).
+//!
+//! The integer sums are exact; what differs from the f32 reference is the 8-bit rounding of
+//! the activations (relative error up to 1/254 of a block's largest value).
+//!
+//! Files, one idea each: `acts.rs` ([`Q8Acts`], the activations prepared once per product),
+//! `dispatch.rs` ([`Kernels`], [`dot_row`]: length checks and the choice of kernel),
+//! `avx2.rs` and `portable.rs` (the kernels), this file ([`QLinear`]: products of a whole
+//! layer, and prefill's tiles). Blocks are read through the typed views of [`crate::quant`].
+
+use rayon::prelude::*;
+
+use crate::ops::{gemm_strided, matmul_t};
+use crate::quant::{dequantize, GgmlType};
+use crate::{ModelError, Result};
+
+mod acts;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod dispatch;
+mod portable;
+
+pub use acts::{ActPrecision, Q8Acts};
+pub use dispatch::{dot_row, Kernels};
+
+/// Values per block of the 32-value types, and per block of [`Q8Acts`].
+const QK: usize = 32;
+
+/// Weights of a linear layer: f32, or raw GGUF blocks (row-major, `cols / block` blocks a row).
+#[derive(Clone, Debug)]
+pub(crate) enum Storage {
+    /// Row-major f32, `rows * cols` values.
+    F32(Vec<f32>),
+    /// Raw blocks of one ggml type that [`dequantize`] handles: `rows` rows of `row_bytes`,
+    /// each `cols` values.
+    Blocks {
+        ty: GgmlType,
+        data: Vec<u8>,
+        row_bytes: usize,
+    },
+}
+
+/// `y = W x (+ b)` with `W` of `rows x cols`.
+///
+/// The constructors check that the weights and the bias have the stated shape; the products
+/// check the activations and the output against it once per call.
+#[derive(Clone, Debug)]
+pub struct QLinear {
+    rows: usize,
+    cols: usize,
+    storage: Storage,
+    bias: Option<Vec<f32>>,
+}
+
+fn length(what: impl Into<String>, expected: usize, found: usize) -> ModelError {
+    ModelError::Length {
+        what: what.into(),
+        expected: expected.to_string(),
+        found,
+    }
+}
+
+impl QLinear {
+    /// A layer from raw GGUF blocks: `data` holds `rows` rows of `cols` values of type `ty`.
+    ///
+    /// # Errors
+    /// [`ModelError::UnsupportedType`] for a type without dequantization,
+    /// [`ModelError::Length`] when `cols` is not whole blocks, `data` not `rows` rows of them,
+    /// or the bias not `rows` values.
+    pub fn from_blocks(
+        rows: usize,
+        cols: usize,
+        ty: GgmlType,
+        data: Vec<u8>,
+        bias: Option<Vec<f32>>,
+    ) -> Result<Self> {
+        if !ty.can_dequantize() {
+            return Err(ModelError::UnsupportedType {
+                name: "weights of a layer".into(),
+                ty: ty.to_string(),
+            });
+        }
+        let Some(row_bytes) = ty.bytes_for(cols as u64) else {
+            let (per, _) = ty.block().unwrap_or((1, 1));
+            return Err(ModelError::Length {
+                what: format!("columns of a layer of {ty} blocks"),
+                expected: format!("a multiple of {per}"),
+                found: cols,
+            });
+        };
+        let row_bytes = row_bytes as usize;
+        let total = rows.checked_mul(row_bytes);
+        if total != Some(data.len()) {
+            return Err(length(
+                format!("bytes of {rows} rows of {cols} {ty} values"),
+                total.unwrap_or(usize::MAX),
+                data.len(),
+            ));
+        }
+        let storage = if ty == GgmlType::F32 {
+            Storage::F32(
+                data.chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            )
+        } else {
+            Storage::Blocks {
+                ty,
+                data,
+                row_bytes,
+            }
+        };
+        Self::with_bias(rows, cols, storage, bias)
+    }
+
+    /// A layer from row-major f32 weights, `rows * cols` values.
+    ///
+    /// # Errors
+    /// [`ModelError::Length`] when `w` or the bias has another length.
+    pub fn from_f32(rows: usize, cols: usize, w: Vec<f32>, bias: Option<Vec<f32>>) -> Result<Self> {
+        let total = rows.checked_mul(cols);
+        if total != Some(w.len()) {
+            return Err(length(
+                format!("weights of a {rows} x {cols} layer"),
+                total.unwrap_or(usize::MAX),
+                w.len(),
+            ));
+        }
+        Self::with_bias(rows, cols, Storage::F32(w), bias)
+    }
+
+    fn with_bias(
+        rows: usize,
+        cols: usize,
+        storage: Storage,
+        bias: Option<Vec<f32>>,
+    ) -> Result<Self> {
+        if let Some(b) = &bias {
+            if b.len() != rows {
+                return Err(length(
+                    format!("bias of a layer of {rows} rows"),
+                    rows,
+                    b.len(),
+                ));
+            }
+        }
+        Ok(QLinear {
+            rows,
+            cols,
+            storage,
+            bias,
+        })
+    }
+
+    /// Output size.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input size.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// The type the weights are kept in (F32 once dequantized).
+    pub fn weight_type(&self) -> GgmlType {
+        match &self.storage {
+            Storage::F32(_) => GgmlType::F32,
+            Storage::Blocks { ty, .. } => *ty,
+        }
+    }
+
+    /// The bias, if any.
+    pub fn bias(&self) -> Option<&[f32]> {
+        self.bias.as_deref()
+    }
+
+    /// Bytes of weights read per product.
+    pub fn weight_bytes(&self) -> usize {
+        match &self.storage {
+            Storage::F32(w) => w.len() * 4,
+            Storage::Blocks { data, .. } => data.len(),
+        }
+    }
+
+    /// Row `r` as f32, into `out` of `cols` values.
+    ///
+    /// # Errors
+    /// [`ModelError::Length`] when `r` is not a row or `out` not `cols` long.
+    pub fn row_f32(&self, r: usize, out: &mut [f32]) -> Result<()> {
+        if r >= self.rows {
+            return Err(length(
+                format!("row index of a layer of {} rows (at most)", self.rows),
+                self.rows.saturating_sub(1),
+                r,
+            ));
+        }
+        if out.len() != self.cols {
+            return Err(length("output of one row", self.cols, out.len()));
+        }
+        self.row_into(r, out);
+        Ok(())
+    }
+
+    /// [`QLinear::row_f32`] after its checks.
+    fn row_into(&self, r: usize, out: &mut [f32]) {
+        match &self.storage {
+            Storage::F32(w) => out.copy_from_slice(&w[r * self.cols..(r + 1) * self.cols]),
+            Storage::Blocks {
+                ty,
+                data,
+                row_bytes,
+            } => {
+                let ok = dequantize(*ty, &data[r * row_bytes..(r + 1) * row_bytes], out);
+                debug_assert!(ok, "checked by from_blocks");
+            }
+        }
+    }
+
+    /// `y = W x (+ b)`, with `a` holding `x` prepared ([`Q8Acts::quantize`]); output rows split
+    /// across threads.
+    ///
+    /// # Errors
+    /// [`ModelError::Length`] when `a` does not hold `cols` values or `y` is not `rows` long.
+    pub fn try_matvec(&self, a: &Q8Acts, y: &mut [f32]) -> Result<()> {
+        if a.len() != self.cols {
+            return Err(length(
+                "activations of a matrix-vector product",
+                self.cols,
+                a.len(),
+            ));
+        }
+        if y.len() != self.rows {
+            return Err(length(
+                "output of a matrix-vector product",
+                self.rows,
+                y.len(),
+            ));
+        }
+        let k = Kernels::detect();
+        let chunk = (self.rows / (4 * rayon::current_num_threads().max(1))).max(16);
+        y.par_chunks_mut(chunk).enumerate().for_each(|(c, out)| {
+            let r0 = c * chunk;
+            match &self.storage {
+                Storage::F32(w) => {
+                    for (i, o) in out.iter_mut().enumerate() {
+                        *o = qada_core::attention::dot(
+                            &w[(r0 + i) * self.cols..(r0 + i + 1) * self.cols],
+                            &a.f,
+                        );
+                    }
+                }
+                Storage::Blocks {
+                    ty,
+                    data,
+                    row_bytes,
+                } => {
+                    for (i, o) in out.iter_mut().enumerate() {
+                        let r = r0 + i;
+                        let row = &data[r * row_bytes..(r + 1) * row_bytes];
+                        // checked: `from_blocks` made rows of `cols` values, `a` holds `cols`
+                        *o = dispatch::dot_row_checked(*ty, row, a, k);
+                    }
+                }
+            }
+        });
+        if let Some(b) = &self.bias {
+            y.iter_mut().zip(b).for_each(|(v, b)| *v += b);
+        }
+        Ok(())
+    }
+
+    /// [`QLinear::try_matvec`] for callers whose buffers have the layer's shape by
+    /// construction (the decoding step).
+    ///
+    /// # Panics
+    /// When `a` does not hold `cols` values or `y` is not `rows` long (checked once per call).
+    pub fn matvec(&self, a: &Q8Acts, y: &mut [f32]) {
+        if let Err(e) = self.try_matvec(a, y) {
+            panic!("QLinear::matvec: {e}");
+        }
+    }
+
+    /// `Y = X W^T (+ b)` for the first `n` rows of `X` (`n x cols`, row-major) into the first
+    /// `n` rows of `Y` (`n x rows`): f32 products, weights dequantized a tile of rows at a time
+    /// (tiles in parallel) for quantized storage.
+    ///
+    /// # Errors
+    /// [`ModelError::Length`] when `x` holds fewer than `n * cols` values or `y` fewer than
+    /// `n * rows`.
+    pub fn try_matmul_rows(&self, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+        let (rows, cols) = (self.rows, self.cols);
+        let (need_x, need_y) = (n.checked_mul(cols), n.checked_mul(rows));
+        if need_x.map_or(true, |v| x.len() < v) {
+            return Err(length(
+                format!("inputs of {n} rows of {cols} (at least)"),
+                need_x.unwrap_or(usize::MAX),
+                x.len(),
+            ));
+        }
+        if need_y.map_or(true, |v| y.len() < v) {
+            return Err(length(
+                format!("outputs of {n} rows of {rows} (at least)"),
+                need_y.unwrap_or(usize::MAX),
+                y.len(),
+            ));
+        }
+        match &self.storage {
+            Storage::F32(w) => matmul_t(x, n, cols, w, rows, y),
+            Storage::Blocks { .. } => {
+                const TILE: usize = 128;
+                let tiles: Vec<(usize, Vec<f32>)> = (0..rows.div_ceil(TILE))
+                    .into_par_iter()
+                    .map(|t| {
+                        let (r0, r1) = (t * TILE, ((t + 1) * TILE).min(rows));
+                        let mut w = vec![0.0f32; (r1 - r0) * cols];
+                        for (i, r) in (r0..r1).enumerate() {
+                            self.row_into(r, &mut w[i * cols..(i + 1) * cols]);
+                        }
+                        // out tile: (r1 - r0) x n = W_tile X^T
+                        let mut out = vec![0.0f32; (r1 - r0) * n];
+                        gemm_strided(r1 - r0, n, cols, &mut out, n, &w, cols, 1, x, 1, cols);
+                        (r0, out)
+                    })
+                    .collect();
+                for (r0, out) in tiles {
+                    let m = out.len() / n.max(1);
+                    for i in 0..n {
+                        for j in 0..m {
+                            y[i * rows + r0 + j] = out[j * n + i];
+                        }
+                    }
+                }
+            }
+        }
+        if let (Some(b), true) = (&self.bias, rows > 0) {
+            for row in y[..n * rows].chunks_exact_mut(rows) {
+                row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
+            }
+        }
+        Ok(())
+    }
+
+    /// [`QLinear::try_matmul_rows`] for callers whose buffers have the shape by construction
+    /// (prefill).
+    ///
+    /// # Panics
+    /// When `x` or `y` is too short (checked once per call).
+    pub fn matmul_rows(&self, x: &[f32], n: usize, y: &mut [f32]) {
+        if let Err(e) = self.try_matmul_rows(x, n, y) {
+            panic!("QLinear::matmul_rows: {e}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q4_1_block(d: f32, m: f32, q: &[u8; 32]) -> Vec<u8> {
+        let mut b = half::f16::from_f32(d).to_le_bytes().to_vec();
+        b.extend_from_slice(&half::f16::from_f32(m).to_le_bytes());
+        for j in 0..16 {
+            b.push((q[j] & 0x0f) | (q[j + 16] << 4));
+        }
+        b
+    }
+
+    #[test]
+    fn kernels_agree_with_dequantized_f32_products() {
+        let cols = 128;
+        let x: Vec<f32> = (0..cols)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 17.0)
+            .collect();
+        let mut a = Q8Acts::new(ActPrecision::Int8);
+        a.quantize(&x);
+        let mut row = Vec::new();
+        for b in 0..cols / 32 {
+            let q: [u8; 32] = std::array::from_fn(|i| ((i * 7 + b * 3) % 16) as u8);
+            row.extend(q4_1_block(0.05 + b as f32 * 0.01, -0.3, &q));
+        }
+        let mut w = vec![0.0; cols];
+        assert!(dequantize(GgmlType::Q4_1, &row, &mut w));
+        let exact: f32 = w.iter().zip(&x).map(|(a, b)| a * b).sum();
+        let p = dot_row(GgmlType::Q4_1, &row, &a, Kernels::Portable).unwrap();
+        let v = dot_row(GgmlType::Q4_1, &row, &a, Kernels::detect()).unwrap();
+        assert!(
+            (p - v).abs() <= 1e-4 * (1.0 + p.abs()),
+            "portable {p} vs {:?} {v}",
+            Kernels::detect()
+        );
+        // activation rounding: at most half a step (d_x / 2) per value
+        let bound: f32 = (0..cols).map(|i| w[i].abs() * a.d[i / 32] * 0.5).sum();
+        assert!(
+            (p - exact).abs() <= bound + 1e-4,
+            "{p} vs exact {exact}, bound {bound}"
+        );
+        // f32 activations: the exact product up to summation order, also for quants of 15
+        // (bytes 0xff, NaN if read as f16) and a row of more than one 8-block group
+        let mut f = Q8Acts::default();
+        f.quantize(&x);
+        for k in [Kernels::Portable, Kernels::detect()] {
+            let v = dot_row(GgmlType::Q4_1, &row, &f, k).unwrap();
+            assert!(
+                (v - exact).abs() <= 1e-4 * (1.0 + exact.abs()),
+                "{k:?}: {v} vs {exact}"
+            );
+        }
+        let full = q4_1_block(0.5, -0.25, &[15; 32]).repeat(cols / 32);
+        let want: f32 = x.iter().map(|&v| (0.5 * 15.0 - 0.25) * v).sum();
+        for k in [Kernels::Portable, Kernels::detect()] {
+            let v = dot_row(GgmlType::Q4_1, &full, &f, k).unwrap();
+            assert!(
+                (v - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                "{k:?}: {v} vs {want}"
+            );
+        }
+    }
+}
