@@ -39,12 +39,12 @@
 //! let mut x = Q8Acts::new(ActPrecision::F32);
 //! x.quantize(&[1.0; 32]);
 //! let mut out = [0.0f32];
-//! layer.try_matvec(&x, &mut out)?;
+//! layer.matvec(&x, &mut out)?;
 //! assert!((out[0] - values.iter().sum::<f32>()).abs() < 1e-4);
 //!
 //! // lengths are checked: 31 activations do not fit a row of 32
 //! x.quantize(&[1.0; 31]);
-//! assert!(layer.try_matvec(&x, &mut out).is_err());
+//! assert!(layer.matvec(&x, &mut out).is_err());
 //! assert!(qada_model::qlinear::dot_row(GgmlType::Q4_1, &[0; 19], &x, Kernels::detect()).is_err());
 //! # Ok::<(), qada_model::ModelError>(())
 //! ```

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use crate::model::Model;
 use crate::ops::{gemm_strided, rms_norm, rope_inplace, rope_table, swiglu};
-use crate::qlinear::{Q8Acts, QLinear};
+use crate::qlinear::Q8Acts;
 use crate::{ModelError, Result};
 
 /// Tokens per prefill block: large enough for gemm to run at full speed and to amortize
@@ -124,10 +124,6 @@ impl LayerKv for CacheLayer<'_> {
     fn segments(&self, g: usize) -> KvSegments<'_> {
         segments(&self.0.head(g))
     }
-}
-
-fn apply_rows(l: &QLinear, x: &[f32], n: usize, y: &mut [f32]) {
-    l.matmul_rows(x, n, y);
 }
 
 impl<'m> Session<'m> {
@@ -298,7 +294,7 @@ impl<'m> Session<'m> {
         self.acts.quantize(&h);
         self.model
             .output_head()
-            .matvec(&self.acts, &mut self.logits);
+            .matvec(&self.acts, &mut self.logits)?;
         self.cache.finish_prefill()?;
         self.prefilled = true;
         Ok(&self.logits)
@@ -367,9 +363,9 @@ impl<'m> Session<'m> {
                         &mut h[i * e..(i + 1) * e],
                     );
                 }
-                apply_rows(&blk.q, &h, n, &mut q);
-                apply_rows(&blk.k, &h, n, &mut k);
-                apply_rows(&blk.v, &h, n, &mut v);
+                blk.q.matmul_rows(&h, n, &mut q)?;
+                blk.k.matmul_rows(&h, n, &mut k)?;
+                blk.v.matmul_rows(&h, n, &mut v)?;
                 for i in 0..n {
                     rope_table(pos0 + i, model.rope_base, c.rope_dim, &mut self.rope);
                     let style = c.architecture.rope_style();
@@ -378,7 +374,7 @@ impl<'m> Session<'m> {
                 }
                 self.cache.append(l, &k[..n * kvd], &v[..n * kvd])?;
                 self.prefill_attention(l, &q[..n * qd], n, pos0, &mut att)?;
-                apply_rows(&blk.o, &att, n, &mut proj);
+                blk.o.matmul_rows(&att, n, &mut proj)?;
                 x[..n * e].iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
                 for i in 0..n {
                     rms_norm(
@@ -388,10 +384,10 @@ impl<'m> Session<'m> {
                         &mut h[i * e..(i + 1) * e],
                     );
                 }
-                apply_rows(&blk.gate, &h, n, &mut g);
-                apply_rows(&blk.up, &h, n, &mut u);
+                blk.gate.matmul_rows(&h, n, &mut g)?;
+                blk.up.matmul_rows(&h, n, &mut u)?;
                 swiglu(&mut g[..n * c.n_ff], &u[..n * c.n_ff]);
-                apply_rows(&blk.down, &g, n, &mut proj);
+                blk.down.matmul_rows(&g, n, &mut proj)?;
                 x[..n * e].iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
                 trace_row(&x, &mut trace);
             }
@@ -498,9 +494,9 @@ impl<'m> Session<'m> {
         for (l, blk) in model.blocks.iter().enumerate() {
             rms_norm(&self.x, &blk.attn_norm, c.rms_eps, &mut self.xb);
             self.acts.quantize(&self.xb);
-            blk.q.matvec(&self.acts, &mut self.q);
-            blk.k.matvec(&self.acts, &mut self.k);
-            blk.v.matvec(&self.acts, &mut self.v);
+            blk.q.matvec(&self.acts, &mut self.q)?;
+            blk.k.matvec(&self.acts, &mut self.k)?;
+            blk.v.matvec(&self.acts, &mut self.v)?;
             rope_inplace(&mut self.q, d, &self.rope, style);
             rope_inplace(&mut self.k, d, &self.rope, style);
             self.cache.append(l, &self.k, &self.v)?;
@@ -534,20 +530,20 @@ impl<'m> Session<'m> {
                 obs.observe_layer(l, &self.q, &segs, scale, &self.decisions)?;
             }
             self.acts.quantize(&self.att);
-            blk.o.matvec(&self.acts, &mut self.xb);
+            blk.o.matvec(&self.acts, &mut self.xb)?;
             self.x.iter_mut().zip(&self.xb).for_each(|(a, b)| *a += b);
             rms_norm(&self.x, &blk.ffn_norm, c.rms_eps, &mut self.xb);
             self.acts.quantize(&self.xb);
-            blk.gate.matvec(&self.acts, &mut self.hb);
-            blk.up.matvec(&self.acts, &mut self.hb2);
+            blk.gate.matvec(&self.acts, &mut self.hb)?;
+            blk.up.matvec(&self.acts, &mut self.hb2)?;
             swiglu(&mut self.hb, &self.hb2);
             self.acts.quantize(&self.hb);
-            blk.down.matvec(&self.acts, &mut self.xb);
+            blk.down.matvec(&self.acts, &mut self.xb)?;
             self.x.iter_mut().zip(&self.xb).for_each(|(a, b)| *a += b);
         }
         rms_norm(&self.x, &model.output_norm, c.rms_eps, &mut self.xb);
         self.acts.quantize(&self.xb);
-        model.output_head().matvec(&self.acts, &mut self.logits);
+        model.output_head().matvec(&self.acts, &mut self.logits)?;
         Ok(())
     }
 }

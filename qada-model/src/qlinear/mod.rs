@@ -231,7 +231,7 @@ impl QLinear {
     ///
     /// # Errors
     /// [`ModelError::Length`] when `a` does not hold `cols` values or `y` is not `rows` long.
-    pub fn try_matvec(&self, a: &Q8Acts, y: &mut [f32]) -> Result<()> {
+    pub fn matvec(&self, a: &Q8Acts, y: &mut [f32]) -> Result<()> {
         if a.len() != self.cols {
             return Err(length(
                 "activations of a matrix-vector product",
@@ -279,17 +279,6 @@ impl QLinear {
         Ok(())
     }
 
-    /// [`QLinear::try_matvec`] for callers whose buffers have the layer's shape by
-    /// construction (the decoding step).
-    ///
-    /// # Panics
-    /// When `a` does not hold `cols` values or `y` is not `rows` long (checked once per call).
-    pub fn matvec(&self, a: &Q8Acts, y: &mut [f32]) {
-        if let Err(e) = self.try_matvec(a, y) {
-            panic!("QLinear::matvec: {e}");
-        }
-    }
-
     /// `Y = X W^T (+ b)` for the first `n` rows of `X` (`n x cols`, row-major) into the first
     /// `n` rows of `Y` (`n x rows`): f32 products, weights dequantized a tile of rows at a time
     /// (tiles in parallel) for quantized storage.
@@ -297,7 +286,7 @@ impl QLinear {
     /// # Errors
     /// [`ModelError::Length`] when `x` holds fewer than `n * cols` values or `y` fewer than
     /// `n * rows`.
-    pub fn try_matmul_rows(&self, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
+    pub fn matmul_rows(&self, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
         let (rows, cols) = (self.rows, self.cols);
         let (need_x, need_y) = (n.checked_mul(cols), n.checked_mul(rows));
         if need_x.map_or(true, |v| x.len() < v) {
@@ -348,17 +337,6 @@ impl QLinear {
             }
         }
         Ok(())
-    }
-
-    /// [`QLinear::try_matmul_rows`] for callers whose buffers have the shape by construction
-    /// (prefill).
-    ///
-    /// # Panics
-    /// When `x` or `y` is too short (checked once per call).
-    pub fn matmul_rows(&self, x: &[f32], n: usize, y: &mut [f32]) {
-        if let Err(e) = self.try_matmul_rows(x, n, y) {
-            panic!("QLinear::matmul_rows: {e}");
-        }
     }
 }
 
