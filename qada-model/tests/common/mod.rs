@@ -20,8 +20,14 @@ pub fn model_path() -> PathBuf {
     p
 }
 
+/// The shared reference for the default model.
 pub fn reference() -> serde_json::Value {
-    let p = repo_root().join("../shared/reference/smollm2-135m-instruct-q4_1.json");
+    shared_reference("smollm2-135m-instruct-q4_1.json")
+}
+
+/// A file of `../shared/reference/` beside the repository, parsed.
+pub fn shared_reference(name: &str) -> serde_json::Value {
+    let p = repo_root().join("../shared/reference").join(name);
     let text = std::fs::read_to_string(&p).unwrap_or_else(|e| {
         panic!(
             "{}: {e} (shared/ must sit beside the repository)",
