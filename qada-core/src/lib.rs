@@ -21,6 +21,7 @@ pub mod criteria;
 mod criterion;
 mod error;
 pub mod lse;
+pub mod query;
 
 pub use accounting::{Accounting, HeadCounts};
 pub use adaptive::{attend_layer, LayerKv, LayerScratch};
@@ -34,6 +35,7 @@ pub use criteria::{
 };
 pub use criterion::{Decision, HeadInput, LocalityCriterion, Tau};
 pub use error::{CoreError, Result};
+pub use query::{compare_query, decide_query, Bulk, Comparison, HeadQuery, PreparedQuery};
 
 // Types users share across threads.
 const _: () = {
