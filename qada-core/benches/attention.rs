@@ -97,26 +97,26 @@ fn gqa_block(c: &mut Criterion) {
     let mut acc = vec![0.0f32; H * D];
     group.bench_function("block_scores_and_accumulate", |b| {
         b.iter(|| {
-            f16::block_scores(black_box(&q), &rows, D, 0.125, &mut s);
-            f16::block_accumulate(&mut acc, black_box(&w), &rows, D);
+            f16::block_scores(black_box(&q), &rows, D, 0.125, &mut s).unwrap();
+            f16::block_accumulate(&mut acc, black_box(&w), &rows, D).unwrap();
         })
     });
     group.bench_function("scores_max_exp_accumulate", |b| {
         use qada_core::attention::{exp_in_place, max_score};
         b.iter(|| {
-            f16::block_scores(black_box(&q), &rows, D, 0.125, &mut s);
+            f16::block_scores(black_box(&q), &rows, D, 0.125, &mut s).unwrap();
             for sj in s.chunks_exact_mut(N) {
                 let m = max_score(sj, f32::NEG_INFINITY);
                 black_box(exp_in_place(sj, m));
             }
-            f16::block_accumulate(&mut acc, &s, &rows, D);
+            f16::block_accumulate(&mut acc, &s, &rows, D).unwrap();
         })
     });
     group.bench_function("block_scores", |b| {
-        b.iter(|| f16::block_scores(black_box(&q), &rows, D, 0.125, &mut s))
+        b.iter(|| f16::block_scores(black_box(&q), &rows, D, 0.125, &mut s).unwrap())
     });
     group.bench_function("block_accumulate", |b| {
-        b.iter(|| f16::block_accumulate(&mut acc, black_box(&w), &rows, D))
+        b.iter(|| f16::block_accumulate(&mut acc, black_box(&w), &rows, D).unwrap())
     });
     group.bench_function("head_by_head", |b| {
         b.iter(|| {

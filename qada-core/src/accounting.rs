@@ -5,6 +5,8 @@
 //! (`2 T d` elements) are read in full if any query head of its GQA group is long-context,
 //! otherwise only the local `2 |I| d`.
 
+use ndarray::Array2;
+
 use crate::Decision;
 
 /// Decision counts of one (layer, head).
@@ -137,6 +139,15 @@ impl Accounting {
         ratio(t.local, t.decisions)
     }
 
+    /// Per (layer, head), the fraction of decisions (with a bulk) that were local, as a
+    /// `layers x heads` array; 0 for a head with no decision, as [`Accounting::sparsity`].
+    pub fn sparsity_per_head(&self) -> Array2<f64> {
+        Array2::from_shape_fn((self.n_layers, self.n_heads), |(l, h)| {
+            let c = self.head(l, h);
+            ratio(c.local, c.decisions)
+        })
+    }
+
     /// Attention FLOPs relative to dense (1 when nothing was counted).
     pub fn flops_ratio(&self) -> f64 {
         if self.dense_flops == 0.0 {
@@ -174,5 +185,28 @@ fn ratio(a: u64, b: u64) -> f64 {
         0.0
     } else {
         a as f64 / b as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sparsity_per_head_is_local_over_decisions_per_layer_and_head() {
+        let mut acc = Accounting::new(2, 2);
+        let (local, long) = (Decision::LOCAL, Decision::LONG);
+        acc.record_layer(0, &[local, long], 100, 10, 8, 1, 2, 0);
+        acc.record_layer(0, &[local, local], 100, 10, 8, 1, 2, 0);
+        acc.record_layer(1, &[long, local], 100, 10, 8, 1, 2, 0);
+        // no bulk: not a decision
+        acc.record_layer(1, &[local, local], 10, 10, 8, 1, 2, 0);
+        let s = acc.sparsity_per_head();
+        assert_eq!(s.dim(), (2, 2));
+        assert_eq!(
+            s.iter().copied().collect::<Vec<_>>(),
+            vec![1.0, 0.5, 0.0, 1.0]
+        );
+        assert_eq!(s[[0, 1]], acc.layer_sparsity(0) - 0.25);
     }
 }

@@ -148,7 +148,13 @@ fn merge(a: &mut Partial, b_m: f32, b_l: f32, b_acc: &[f32]) {
     a.m = m;
 }
 
-fn run_task<K: LayerKv + ?Sized>(t: &mut Task, queries: &[f32], kv: &K, scale: f32, d: usize) {
+fn run_task<K: LayerKv + ?Sized>(
+    t: &mut Task,
+    queries: &[f32],
+    kv: &K,
+    scale: f32,
+    d: usize,
+) -> Result<()> {
     let k = kv.segments(t.group);
     let (r0, r1) = t.rows;
     match (k.bulk_keys.slice(r0, r1, d), k.bulk_values.slice(r0, r1, d)) {
@@ -165,7 +171,7 @@ fn run_task_typed<T: Elem>(
     values: &[T],
     scale: f32,
     d: usize,
-) {
+) -> Result<()> {
     let n = keys.len() / d;
     let nh = t.heads.len();
     let scores = &mut t.scores[..nh * n];
@@ -174,7 +180,7 @@ fn run_task_typed<T: Elem>(
         t.queries.extend_from_slice(&queries[h * d..(h + 1) * d]);
     }
     // scores of every long head, each key row read once
-    T::block_scores(&t.queries, keys, d, scale, scores);
+    T::block_scores(&t.queries, keys, d, scale, scores)?;
     // per head: its max, then the weights exp(s - m) in place of the scores
     t.m.clear();
     t.l.clear();
@@ -186,7 +192,7 @@ fn run_task_typed<T: Elem>(
     // weighted values of every long head, each value row read once
     t.acc.clear();
     t.acc.resize(nh * d, 0.0);
-    T::block_accumulate(&mut t.acc, scores, values, d);
+    T::block_accumulate(&mut t.acc, scores, values, d)
 }
 
 /// Attention of one layer at one step.
@@ -311,11 +317,11 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
     if n_tasks > 1 {
         tasks
             .par_iter_mut()
-            .for_each(|t| run_task(t, queries, kv, scale, d));
+            .try_for_each(|t| run_task(t, queries, kv, scale, d))?;
     } else {
         tasks
             .iter_mut()
-            .for_each(|t| run_task(t, queries, kv, scale, d));
+            .try_for_each(|t| run_task(t, queries, kv, scale, d))?;
     }
 
     // 4. local state per head, merged with its bulk partials.

@@ -5,7 +5,9 @@
 //! `log A_bulk` and the Gaussian estimate `log A_bulk_hat`. Every label at any `tau` follows
 //! from these three numbers, so one decoding pass can be scored at many thresholds.
 
+use ndarray::Array2;
 use qada_stats::GaussianScore;
+use statrs::statistics::{Data, OrderStatistics, Statistics};
 
 use crate::attention::{scores, KvSegments};
 use crate::lse::{log_local_share, lse};
@@ -98,13 +100,18 @@ pub fn probe_layer(
     Ok(out)
 }
 
-/// Mean, median and standard deviation of a sample (NaN for an empty one).
+/// Mean, median, quartiles and standard deviation of a sample (NaN for an empty one), by
+/// `statrs`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Summary {
     /// Arithmetic mean.
     pub mean: f64,
-    /// Median.
+    /// Median (the mean of the two middle values for an even count).
     pub median: f64,
+    /// Lower quartile (`statrs`' quantile 0.25: the median-unbiased estimator, R's type 8).
+    pub q25: f64,
+    /// Upper quartile (quantile 0.75, the same estimator).
+    pub q75: f64,
     /// Population standard deviation.
     pub std: f64,
     /// Sample size (finite values only).
@@ -114,28 +121,26 @@ pub struct Summary {
 impl Summary {
     /// Summarize the finite values of `xs`.
     pub fn of(xs: impl IntoIterator<Item = f64>) -> Self {
-        let mut v: Vec<f64> = xs.into_iter().filter(|x| x.is_finite()).collect();
+        let v: Vec<f64> = xs.into_iter().filter(|x| x.is_finite()).collect();
         let n = v.len();
         if n == 0 {
             return Summary {
                 mean: f64::NAN,
                 median: f64::NAN,
+                q25: f64::NAN,
+                q75: f64::NAN,
                 std: f64::NAN,
                 count: 0,
             };
         }
-        v.sort_by(f64::total_cmp);
-        let mean = v.iter().sum::<f64>() / n as f64;
-        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
-        let median = if n % 2 == 1 {
-            v[n / 2]
-        } else {
-            0.5 * (v[n / 2 - 1] + v[n / 2])
-        };
+        let (mean, std) = (v.iter().mean(), v.iter().population_std_dev());
+        let mut data = Data::new(v);
         Summary {
             mean,
-            median,
-            std: var.sqrt(),
+            median: data.median(),
+            q25: data.lower_quartile(),
+            q75: data.upper_quartile(),
+            std,
             count: n,
         }
     }
@@ -206,6 +211,9 @@ pub struct Report {
     pub per_head_frac_long_oracle: Vec<f64>,
     /// Per (layer, head), long-context frequency by QAdA (layer-major).
     pub per_head_frac_long_approx: Vec<f64>,
+    /// Per (layer, head), fraction of probes where QAdA's label equals the oracle's
+    /// (layer-major).
+    pub per_head_agreement: Vec<f64>,
     /// Layers and heads per layer of the per-head tables.
     pub shape: (usize, usize),
 }
@@ -217,6 +225,7 @@ impl Report {
         let mut n = vec![0u64; n_layers * n_heads];
         let mut long_o = vec![0u64; n_layers * n_heads];
         let mut long_a = vec![0u64; n_layers * n_heads];
+        let mut same = vec![0u64; n_layers * n_heads];
         for p in probes {
             let (o, a) = (p.oracle_local(tau), p.approx_local(tau));
             match (o, a) {
@@ -231,6 +240,7 @@ impl Report {
                 n[i] += 1;
                 long_o[i] += !o as u64;
                 long_a[i] += !a as u64;
+                same[i] += (o == a) as u64;
             }
         }
         let frac = |c: &[u64], t: &[u64]| -> f64 {
@@ -277,8 +287,32 @@ impl Report {
             per_layer_frac_local_approx: per_layer_local(&long_a),
             per_head_frac_long_oracle: per_head(&long_o),
             per_head_frac_long_approx: per_head(&long_a),
+            per_head_agreement: per_head(&same),
             shape: (n_layers, n_heads),
         }
+    }
+}
+
+/// A layer-major table of `shape.0 x shape.1` values as an array (NaN where it is short).
+fn table(shape: (usize, usize), v: &[f64], f: impl Fn(f64) -> f64) -> Array2<f64> {
+    Array2::from_shape_fn(shape, |(l, h)| {
+        v.get(l * shape.1 + h).map_or(f64::NAN, |&x| f(x))
+    })
+}
+
+impl Report {
+    /// Per (layer, head), the fraction of probes the oracle labels local (`layers x heads`;
+    /// NaN for a head never probed).
+    pub fn oracle_local_fraction(&self) -> Array2<f64> {
+        table(self.shape, &self.per_head_frac_long_oracle, |x| 1.0 - x)
+    }
+    /// Per (layer, head), the fraction of probes QAdA labels local.
+    pub fn approx_local_fraction(&self) -> Array2<f64> {
+        table(self.shape, &self.per_head_frac_long_approx, |x| 1.0 - x)
+    }
+    /// Per (layer, head), the fraction of probes where QAdA agrees with the oracle.
+    pub fn agreement_per_head(&self) -> Array2<f64> {
+        table(self.shape, &self.per_head_agreement, |x| x)
     }
 }
 
@@ -292,6 +326,41 @@ mod tests {
         assert_eq!((s.mean, s.median, s.count), (2.5, 2.5, 4));
         assert!((s.std - 1.25f64.sqrt()).abs() < 1e-12);
         assert!(Summary::of([]).mean.is_nan());
+        // type-8 quartiles of 1..=4: h = (n + 1/3) p + 1/3
+        assert!((s.q25 - 17.0 / 12.0).abs() < 1e-12, "{}", s.q25);
+        assert!((s.q75 - 43.0 / 12.0).abs() < 1e-12, "{}", s.q75);
+        let odd = Summary::of([5.0, -1.0, 2.0]);
+        assert_eq!((odd.median, odd.mean, odd.count), (2.0, 2.0, 3));
+        assert!((odd.std - 6.0f64.sqrt()).abs() < 1e-12);
+    }
+
+    /// The hand-written summary statrs replaced: sorted median, two-pass population variance.
+    fn summary_by_hand(xs: &[f64]) -> (f64, f64, f64) {
+        let mut v: Vec<f64> = xs.iter().copied().filter(|x| x.is_finite()).collect();
+        let n = v.len();
+        v.sort_by(f64::total_cmp);
+        let mean = v.iter().sum::<f64>() / n as f64;
+        let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            0.5 * (v[n / 2 - 1] + v[n / 2])
+        };
+        (mean, median, var.sqrt())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn summary_equals_the_hand_written_one(
+            xs in proptest::collection::vec(-1e3f64..1e3, 1..60),
+        ) {
+            let s = Summary::of(xs.iter().copied());
+            let (mean, median, std) = summary_by_hand(&xs);
+            proptest::prop_assert_eq!(s.median, median);
+            proptest::prop_assert!((s.mean - mean).abs() <= 1e-9 * (1.0 + mean.abs()));
+            proptest::prop_assert!((s.std - std).abs() <= 1e-9 * (1.0 + std));
+            proptest::prop_assert!(s.q25 <= s.median && s.median <= s.q75);
+        }
     }
 
     #[test]
@@ -330,5 +399,29 @@ mod tests {
         assert_eq!(r.per_head_frac_long_oracle, vec![0.0, 1.0, 1.0, 0.0]);
         assert_eq!(r.log_error_gauss.median, 5.0);
         assert_eq!(r.log_gap_bulk_local.mean, 5.0);
+        let o = r.oracle_local_fraction();
+        assert_eq!(o.dim(), (2, 2));
+        assert_eq!(
+            o.iter().copied().collect::<Vec<_>>(),
+            vec![1.0, 0.0, 0.0, 1.0]
+        );
+        let a = r.approx_local_fraction();
+        assert_eq!(
+            a.iter().copied().collect::<Vec<_>>(),
+            vec![1.0, 0.0, 1.0, 0.0]
+        );
+        assert_eq!(
+            r.agreement_per_head().iter().copied().collect::<Vec<_>>(),
+            vec![1.0, 1.0, 0.0, 0.0]
+        );
+    }
+
+    #[test]
+    fn per_head_tables_are_nan_for_heads_never_probed() {
+        let tau = Tau::new(0.5).unwrap();
+        let r = Report::new(&[], tau, 2, 3);
+        let o = r.oracle_local_fraction();
+        assert_eq!(o.dim(), (2, 3));
+        assert!(o.iter().all(|x| x.is_nan()));
     }
 }

@@ -85,14 +85,17 @@ impl Decision {
 
 /// Decides, per query head and per decoding step, between local and long-context attention.
 ///
-/// One required method; batch helpers are defaulted. Implemented for `&C` and
-/// `Box<dyn LocalityCriterion>` so callers can pass either.
+/// One required method; the name, the cost and the batch helpers are defaulted. Implemented
+/// for `&C`, `Box<C>` and `Arc<C>` (also for unsized `C`, so `Box<dyn LocalityCriterion>`),
+/// each forwarding every method, so callers can pass any of them and overrides still count.
 pub trait LocalityCriterion: Send + Sync {
     /// Decide for one head. With no bulk (`bulk_len == 0`) every criterion says local.
     fn decide(&self, input: &HeadInput<'_>) -> Result<Decision>;
 
-    /// Short name for reports (`oracle`, `approx`, ...).
-    fn name(&self) -> &str;
+    /// Short name for reports (`oracle`, `approx`, ...); `custom` unless overridden.
+    fn name(&self) -> &str {
+        "custom"
+    }
 
     /// Floating-point operations one decision costs for a head of dimension `d` with a bulk
     /// of `bulk_len` keys, beyond the local scores (which attention needs anyway).
@@ -125,29 +128,40 @@ pub trait LocalityCriterion: Send + Sync {
     }
 }
 
-impl<C: LocalityCriterion + ?Sized> LocalityCriterion for &C {
-    fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
-        (**self).decide(input)
-    }
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
-        (**self).decision_flops(d, bulk_len)
-    }
+/// Forward every method to the criterion behind a pointer, so that an override (of
+/// `decide_group`, say) is honoured through `&C`, `Box<C>` and `Arc<C>` (and so through
+/// `Box<dyn LocalityCriterion>` and `Arc<dyn LocalityCriterion>`).
+macro_rules! forward_criterion {
+    ($($ptr:ty),*) => {$(
+        impl<C: LocalityCriterion + ?Sized> LocalityCriterion for $ptr {
+            fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
+                (**self).decide(input)
+            }
+            fn name(&self) -> &str {
+                (**self).name()
+            }
+            fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
+                (**self).decision_flops(d, bulk_len)
+            }
+            fn decide_group(
+                &self,
+                inputs: &[HeadInput<'_>],
+                out: &mut [Decision],
+            ) -> Result<bool> {
+                (**self).decide_group(inputs, out)
+            }
+            fn decide_layer(
+                &self,
+                inputs: &[HeadInput<'_>],
+                out: &mut [Decision],
+            ) -> Result<usize> {
+                (**self).decide_layer(inputs, out)
+            }
+        }
+    )*};
 }
 
-impl<C: LocalityCriterion + ?Sized> LocalityCriterion for Box<C> {
-    fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
-        (**self).decide(input)
-    }
-    fn name(&self) -> &str {
-        (**self).name()
-    }
-    fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
-        (**self).decision_flops(d, bulk_len)
-    }
-}
+forward_criterion!(&C, Box<C>, std::sync::Arc<C>);
 
 /// Check the query length against the moments; shared by the criteria.
 fn check_input(input: &HeadInput<'_>) -> Result<()> {
@@ -188,4 +202,112 @@ pub(crate) fn decide_adaptive(
         local: tau.is_local(share),
         log_local_share: Some(share),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use qada_stats::{KeyMoments, Rows};
+
+    use super::*;
+
+    /// Says long head by head, but local with a marker share by group and layer, and counts
+    /// the batch calls: any pointer that does not forward them answers differently.
+    #[derive(Default)]
+    struct Marker {
+        groups: AtomicUsize,
+        layers: AtomicUsize,
+    }
+
+    const MARK: f64 = -0.125;
+
+    impl LocalityCriterion for Marker {
+        fn decide(&self, _input: &HeadInput<'_>) -> Result<Decision> {
+            Ok(Decision::LONG)
+        }
+        fn name(&self) -> &str {
+            "marker"
+        }
+        fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
+            (1000 * d + bulk_len) as u64
+        }
+        fn decide_group(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<bool> {
+            self.groups.fetch_add(1, Ordering::Relaxed);
+            for o in out.iter_mut().take(inputs.len()) {
+                *o = Decision {
+                    local: true,
+                    log_local_share: Some(MARK),
+                };
+            }
+            Ok(false)
+        }
+        fn decide_layer(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<usize> {
+            self.layers.fetch_add(1, Ordering::Relaxed);
+            self.decide_group(inputs, out)?;
+            Ok(77)
+        }
+    }
+
+    /// Every method through `c` must reach `Marker`'s overrides, which `counts` then show.
+    fn check_forwarding(c: &impl LocalityCriterion, counts: &Marker) {
+        let m = KeyMoments::new(2);
+        let input = HeadInput {
+            layer: 0,
+            head: 0,
+            query: &[1.0, 0.0],
+            scale: 1.0,
+            local_scores: &[0.0],
+            bulk_len: 3,
+            bulk_moments: &m,
+            bulk_keys: Rows::F32(&[0.0; 6]),
+        };
+        let (g0, l0) = (
+            counts.groups.load(Ordering::Relaxed),
+            counts.layers.load(Ordering::Relaxed),
+        );
+        assert_eq!(c.name(), "marker");
+        assert_eq!(c.decision_flops(2, 3), 2003);
+        assert_eq!(c.decide(&input).unwrap(), Decision::LONG);
+        let mut out = [Decision::LONG; 2];
+        assert!(!c.decide_group(&[input, input], &mut out).unwrap());
+        assert_eq!(out[1].log_local_share, Some(MARK));
+        out = [Decision::LONG; 2];
+        assert_eq!(c.decide_layer(&[input, input], &mut out).unwrap(), 77);
+        assert_eq!(out[0].log_local_share, Some(MARK));
+        assert_eq!(counts.groups.load(Ordering::Relaxed), g0 + 2);
+        assert_eq!(counts.layers.load(Ordering::Relaxed), l0 + 1);
+    }
+
+    #[test]
+    fn overrides_are_honoured_through_references_boxes_and_arcs() {
+        let m = Marker::default();
+        check_forwarding(&m, &m);
+        check_forwarding(&&m, &m);
+        check_forwarding(&(&m as &dyn LocalityCriterion), &m);
+
+        let b = Box::new(Marker::default());
+        check_forwarding(&b, &b);
+        let counts = Arc::new(Marker::default());
+        let shared = Arc::clone(&counts);
+        check_forwarding(&shared, &counts);
+        let shared_dyn: Arc<dyn LocalityCriterion> = Arc::clone(&counts) as _;
+        check_forwarding(&shared_dyn, &counts);
+        // a boxed trait object: counted through an Arc kept beside it
+        let boxed_dyn: Box<dyn LocalityCriterion> = Box::new(Arc::clone(&counts));
+        check_forwarding(&boxed_dyn, &counts);
+    }
+
+    #[test]
+    fn name_defaults_to_custom() {
+        struct Bare;
+        impl LocalityCriterion for Bare {
+            fn decide(&self, _input: &HeadInput<'_>) -> Result<Decision> {
+                Ok(Decision::LOCAL)
+            }
+        }
+        assert_eq!(Bare.name(), "custom");
+        assert_eq!(Box::new(Bare).name(), "custom");
+    }
 }

@@ -13,18 +13,28 @@ pub enum CoreError {
     /// Slices whose lengths must agree do not.
     #[error("dimension mismatch in {what}: expected {expected}, found {found}")]
     DimensionMismatch {
+        /// The slice, array or count that was checked.
         what: &'static str,
+        /// Its expected length.
         expected: usize,
+        /// The length found.
         found: usize,
     },
 
     /// A layer or head index outside the table or model.
     #[error("{what} {index} out of range (there are {count})")]
     OutOfRange {
+        /// What was indexed (layer, head, ...).
         what: &'static str,
+        /// The index given.
         index: usize,
+        /// How many there are.
         count: usize,
     },
+
+    /// The oracle reads every bulk key, but the bulk came as moments only.
+    #[error("the oracle needs the bulk keys: pass Bulk::Keys or Bulk::KeysAndMoments, not Bulk::Moments")]
+    MissingBulkKeys,
 
     /// Reading or checking a moment or criterion file failed.
     #[error(transparent)]

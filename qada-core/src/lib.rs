@@ -10,8 +10,47 @@
 //!   dense attention per head, reusing the local scores.
 //! - [`Accounting`]: decisions, sparsity, attention FLOPs and K/V bytes against dense.
 //!
+//! - [`decide_query`] and [`compare_query`]: one query head given as `ndarray` views (query,
+//!   local keys, bulk keys or moments), decided with no model and no cache.
+//!
 //! This crate knows nothing of GGUF, tokenizers, the model or the cache layout: it reads
 //! borrowed slices ([`KvSegments`]) and never prints.
+//!
+//! # Example: the oracle and QAdA on a few keys
+//!
+//! One query of dimension 2, a local set (a sink key along the query, one window key) and a
+//! bulk of four keys with small scores: about 94% of the softmax mass is local, so at
+//! `tau = 0.9` both call the head local, and at `tau = 0.95` both call it long-context.
+//!
+//! ```
+//! use ndarray::array;
+//! use qada_core::{compare_query, decide_query, Approx, Bulk, HeadQuery, Oracle};
+//!
+//! let query = array![2.0f32, 0.0];
+//! let local_keys = array![[3.0f32, 0.0], [0.0, 1.0]];
+//! let bulk_keys = array![[0.0f32, 1.0], [0.0, -1.0], [-0.5, 0.5], [0.5, -0.5]];
+//! let head = HeadQuery {
+//!     query: query.view(),
+//!     local_keys: local_keys.view(),
+//!     bulk: Bulk::Keys(bulk_keys.view()), // or Bulk::Moments(&moments): QAdA needs no keys
+//!     scale: None,                        // 1 / sqrt(d)
+//! };
+//!
+//! let oracle = decide_query(&Oracle::new(0.9)?, &head)?;
+//! let approx = decide_query(&Approx::new(0.9)?, &head)?;
+//! assert!(oracle.local && approx.local);
+//! let share = oracle.log_local_share.unwrap().exp();
+//! assert!((share - 0.9398).abs() < 1e-4, "{share}");
+//!
+//! // both decisions, both shares and the Gaussian error ln A_bulk_hat - ln A_bulk at once
+//! let c = compare_query(0.95, &head)?;
+//! assert!(!c.oracle.local && !c.approx.local);
+//! assert!((c.approx_share().exp() - 0.9397).abs() < 1e-4);
+//! assert!(c.gaussian_error().abs() < 0.01);
+//! # Ok::<(), qada_core::CoreError>(())
+//! ```
+
+#![warn(missing_docs)]
 
 pub mod accounting;
 pub mod adaptive;
@@ -21,6 +60,7 @@ pub mod criteria;
 mod criterion;
 mod error;
 pub mod lse;
+pub mod query;
 
 pub use accounting::{Accounting, HeadCounts};
 pub use adaptive::{attend_layer, LayerKv, LayerScratch};
@@ -34,6 +74,7 @@ pub use criteria::{
 };
 pub use criterion::{Decision, HeadInput, LocalityCriterion, Tau};
 pub use error::{CoreError, Result};
+pub use query::{compare_query, decide_query, Bulk, Comparison, HeadQuery, PreparedQuery};
 
 // Types users share across threads.
 const _: () = {

@@ -372,11 +372,11 @@ proptest! {
         let (s_ref, acc_ref) = block_reference(&q, &rows, &w, d, scale);
         let rows16: Vec<f16> = rows.iter().map(|&x| f16::from_f32(x)).collect();
         let mut s = [vec![0.0f32; h * n], vec![0.0f32; h * n]];
-        f32::block_scores(&q, &rows, d, scale, &mut s[0]);
-        f16::block_scores(&q, &rows16, d, scale, &mut s[1]);
+        f32::block_scores(&q, &rows, d, scale, &mut s[0]).unwrap();
+        f16::block_scores(&q, &rows16, d, scale, &mut s[1]).unwrap();
         let mut acc = [vec![0.5f32; h * d], vec![0.5f32; h * d]];
-        f32::block_accumulate(&mut acc[0], &w, &rows, d);
-        f16::block_accumulate(&mut acc[1], &w, &rows16, d);
+        f32::block_accumulate(&mut acc[0], &w, &rows, d).unwrap();
+        f16::block_accumulate(&mut acc[1], &w, &rows16, d).unwrap();
         let tol = 1e-5 * (d as f64) * 4.0;
         for k in 0..2 {
             for (a, b) in s[k].iter().zip(&s_ref) {

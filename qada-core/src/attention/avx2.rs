@@ -1,0 +1,370 @@
+//! The AVX2 kernels (with FMA and F16C): `exp`, `max`, the f16 row products and the tiled GQA
+//! block kernels.
+//!
+//! Every kernel is `unsafe` and `#[target_feature(enable = "avx2,fma,f16c")]`, the features
+//! of the workspace's one detection ([`qada_stats::simd::Avx2`]), and takes the token, so it
+//! cannot be called without one. The safe entry points ([`super::exp_in_place`],
+//! [`super::max_score`], [`super::Elem`]) check the lengths each kernel relies on, once per
+//! call. The inner loops are tuned: restructure around them, do not rewrite them.
+
+use std::arch::x86_64::*;
+
+use qada_stats::f16;
+use qada_stats::simd::x86::{hsum, hsum4};
+use qada_stats::simd::Avx2;
+
+use super::exp::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO};
+
+/// `q . row` over the common prefix of `q` and `row` ([`crate::attention::Elem::dot`]).
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C (the token proves it). Any lengths: only the common
+/// prefix is read.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn dot(_: Avx2, q: &[f32], row: &[f16]) -> f32 {
+    let n = q.len().min(row.len());
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 8 <= n {
+        let k = _mm256_cvtph_ps(_mm_loadu_si128(row.as_ptr().add(i) as *const __m128i));
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(i)), k, acc);
+        i += 8;
+    }
+    let mut total = hsum(acc);
+    while i < n {
+        total += q[i] * row[i].to_f32();
+        i += 1;
+    }
+    total
+}
+
+/// [`crate::attention::exp_in_place`] on 8 lanes.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C (the token proves it). Any length of `s`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn exp_in_place(_: Avx2, s: &mut [f32], m: f32) -> f32 {
+    let mv = _mm256_set1_ps(m);
+    let lo = _mm256_set1_ps(EXP_FLOOR);
+    let (log2e, ln2_hi, ln2_lo) = (
+        _mm256_set1_ps(std::f32::consts::LOG2_E),
+        _mm256_set1_ps(LN2_HI),
+        _mm256_set1_ps(LN2_LO),
+    );
+    let (mut sum0, mut sum1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let exp8 = |x: __m256| -> __m256 {
+        let xc = _mm256_max_ps(x, lo);
+        let n = _mm256_round_ps(
+            _mm256_mul_ps(xc, log2e),
+            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+        );
+        let r = _mm256_fnmadd_ps(n, ln2_lo, _mm256_fnmadd_ps(n, ln2_hi, xc));
+        let mut p = _mm256_set1_ps(EXP_TAYLOR[0]);
+        for &c in &EXP_TAYLOR[1..] {
+            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+        }
+        let bits = _mm256_add_epi32(
+            _mm256_castps_si256(p),
+            _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23),
+        );
+        // inputs below -87 (and -inf) give 0
+        _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), _mm256_castsi256_ps(bits))
+    };
+    let p = s.as_mut_ptr();
+    let n = s.len();
+    let mut i = 0;
+    while i + 16 <= n {
+        let a = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), mv));
+        let b = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i + 8)), mv));
+        _mm256_storeu_ps(p.add(i), a);
+        _mm256_storeu_ps(p.add(i + 8), b);
+        sum0 = _mm256_add_ps(sum0, a);
+        sum1 = _mm256_add_ps(sum1, b);
+        i += 16;
+    }
+    if i + 8 <= n {
+        let a = exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(i)), mv));
+        _mm256_storeu_ps(p.add(i), a);
+        sum0 = _mm256_add_ps(sum0, a);
+        i += 8;
+    }
+    let mut total = hsum(_mm256_add_ps(sum0, sum1));
+    if i < n {
+        // the tail through a padded vector, so every element sees the same arithmetic
+        let mut t = [f32::NEG_INFINITY; 8];
+        t[..n - i].copy_from_slice(&s[i..]);
+        let a = exp8(_mm256_sub_ps(_mm256_loadu_ps(t.as_ptr()), mv));
+        _mm256_storeu_ps(t.as_mut_ptr(), a);
+        s[i..].copy_from_slice(&t[..n - i]);
+        total += t[..n - i].iter().sum::<f32>();
+    }
+    total
+}
+
+/// [`crate::attention::max_score`] on 8 lanes.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C (the token proves it). Any length of `s`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn max_score(_: Avx2, s: &[f32], init: f32) -> f32 {
+    // `_mm256_max_ps(x, acc)` returns `acc` when `x` is NaN, so NaN scores are skipped
+    let (mut a, mut b) = (_mm256_set1_ps(init), _mm256_set1_ps(init));
+    let mut chunks = s.chunks_exact(16);
+    for c in &mut chunks {
+        a = _mm256_max_ps(_mm256_loadu_ps(c.as_ptr()), a);
+        b = _mm256_max_ps(_mm256_loadu_ps(c.as_ptr().add(8)), b);
+    }
+    let mut lanes = [0.0f32; 8];
+    _mm256_storeu_ps(lanes.as_mut_ptr(), _mm256_max_ps(a, b));
+    let m = lanes.iter().fold(init, |x, &y| x.max(y));
+    chunks.remainder().iter().fold(m, |x, &y| x.max(y))
+}
+
+/// Largest row length the f16 block kernels accept (kept for the callers' shape checks).
+pub const MAX_D: usize = 512;
+
+/// Eight f16 at `p` widened to f32.
+#[inline(always)]
+unsafe fn load_f16(p: *const f16) -> __m256 {
+    _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+}
+
+/// Eight f32 at `p`.
+#[inline(always)]
+unsafe fn load_f32(p: *const f32) -> __m256 {
+    _mm256_loadu_ps(p)
+}
+
+/// The tiled block kernels for one element type. Scores: tiles of 4 rows x `H <= 3` heads
+/// in 12 register accumulators, each 8-wide key chunk loaded once for the tile, four
+/// horizontal sums at a time. Accumulate: blocks of [`ROWS`] rows (in L1 after the first
+/// pass) swept per 16 columns with the `H x 16` accumulators in registers, so `acc` is
+/// loaded and stored once per block instead of once per row.
+macro_rules! block_kernels {
+    ($elem:ty, $load:ident, $feat:literal, $scores:ident, $accumulate:ident) => {
+        /// [`crate::attention::Elem::block_scores`] (`d % 8 == 0`, `out.len() >= h * n`).
+        ///
+        /// # Safety
+        /// The CPU has the target features; shapes as above.
+        #[target_feature(enable = $feat)]
+        pub unsafe fn $scores(
+            _: Avx2,
+            queries: &[f32],
+            keys: &[$elem],
+            d: usize,
+            scale: f32,
+            out: &mut [f32],
+        ) {
+            let (n, h) = (keys.len() / d, queries.len() / d);
+            assert!(d % 8 == 0 && out.len() >= h * n);
+            let mut j0 = 0;
+            while j0 < h {
+                match h - j0 {
+                    1 => scores_tile::<1>(queries, keys, d, scale, out, j0),
+                    2 => scores_tile::<2>(queries, keys, d, scale, out, j0),
+                    _ => scores_tile::<3>(queries, keys, d, scale, out, j0),
+                }
+                j0 += 3;
+            }
+
+            #[target_feature(enable = $feat)]
+            unsafe fn scores_tile<const H: usize>(
+                queries: &[f32],
+                keys: &[$elem],
+                d: usize,
+                scale: f32,
+                out: &mut [f32],
+                j0: usize,
+            ) {
+                let n = keys.len() / d;
+                let (q, k, o) = (queries.as_ptr(), keys.as_ptr(), out.as_mut_ptr());
+                let sv = _mm_set1_ps(scale);
+                let mut i = 0;
+                while i + 4 <= n {
+                    let mut acc = [[_mm256_setzero_ps(); 4]; H];
+                    // the rows 32 ahead are on their way from memory meanwhile
+                    let ahead = k.wrapping_add((i + 32) * d) as *const i8;
+                    for line in (0..4 * d * std::mem::size_of::<$elem>()).step_by(64) {
+                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
+                    }
+                    let mut c = 0;
+                    while c < d {
+                        let kr = [
+                            $load(k.add(i * d + c)),
+                            $load(k.add((i + 1) * d + c)),
+                            $load(k.add((i + 2) * d + c)),
+                            $load(k.add((i + 3) * d + c)),
+                        ];
+                        for (j, a) in acc.iter_mut().enumerate() {
+                            let qv = _mm256_loadu_ps(q.add((j0 + j) * d + c));
+                            for r in 0..4 {
+                                a[r] = _mm256_fmadd_ps(qv, kr[r], a[r]);
+                            }
+                        }
+                        c += 8;
+                    }
+                    for (j, a) in acc.iter().enumerate() {
+                        _mm_storeu_ps(o.add((j0 + j) * n + i), _mm_mul_ps(sv, hsum4(a)));
+                    }
+                    i += 4;
+                }
+                while i < n {
+                    for j in 0..H {
+                        let mut a = _mm256_setzero_ps();
+                        let mut c = 0;
+                        while c < d {
+                            let qv = _mm256_loadu_ps(q.add((j0 + j) * d + c));
+                            a = _mm256_fmadd_ps(qv, $load(k.add(i * d + c)), a);
+                            c += 8;
+                        }
+                        *o.add((j0 + j) * n + i) = scale * hsum(a);
+                    }
+                    i += 1;
+                }
+            }
+        }
+
+        /// [`crate::attention::Elem::block_accumulate`] (`d % 8 == 0`,
+        /// `weights.len() >= h * n`).
+        ///
+        /// # Safety
+        /// The CPU has the target features; shapes as above.
+        #[target_feature(enable = $feat)]
+        pub unsafe fn $accumulate(
+            _: Avx2,
+            acc: &mut [f32],
+            weights: &[f32],
+            values: &[$elem],
+            d: usize,
+        ) {
+            let (n, h) = (values.len() / d, acc.len() / d);
+            assert!(d % 8 == 0 && weights.len() >= h * n);
+            let mut r0 = 0;
+            while r0 < n {
+                let r1 = (r0 + ROWS).min(n);
+                let mut j0 = 0;
+                while j0 < h {
+                    let rows = (r0, r1);
+                    match h - j0 {
+                        1 => acc_columns::<1>(acc, weights, values, d, rows, j0),
+                        2 => acc_columns::<2>(acc, weights, values, d, rows, j0),
+                        _ => acc_columns::<3>(acc, weights, values, d, rows, j0),
+                    }
+                    j0 += 3;
+                }
+                r0 = r1;
+            }
+
+            /// [`acc_tile`] over every column: 16 at a time, then 8 where `d % 16 == 8`.
+            #[target_feature(enable = $feat)]
+            unsafe fn acc_columns<const H: usize>(
+                acc: &mut [f32],
+                weights: &[f32],
+                values: &[$elem],
+                d: usize,
+                rows: (usize, usize),
+                j0: usize,
+            ) {
+                let mut c = 0;
+                while c + 16 <= d {
+                    acc_tile::<H, 2>(acc, weights, values, d, rows, j0, c);
+                    c += 16;
+                }
+                if c < d {
+                    acc_tile::<H, 1>(acc, weights, values, d, rows, j0, c);
+                }
+            }
+
+            /// `acc[j0 + j][c .. c + 8 W] += sum_{i in rows} w[j0 + j][i] v_i[c .. c + 8 W]`.
+            #[target_feature(enable = $feat)]
+            unsafe fn acc_tile<const H: usize, const W: usize>(
+                acc: &mut [f32],
+                weights: &[f32],
+                values: &[$elem],
+                d: usize,
+                (r0, r1): (usize, usize),
+                j0: usize,
+                c: usize,
+            ) {
+                let n = values.len() / d;
+                let (a, w, v) = (acc.as_mut_ptr(), weights.as_ptr(), values.as_ptr());
+                let mut t = [[_mm256_setzero_ps(); W]; H];
+                for (j, tj) in t.iter_mut().enumerate() {
+                    for (x, tx) in tj.iter_mut().enumerate() {
+                        *tx = _mm256_loadu_ps(a.add((j0 + j) * d + c + 8 * x));
+                    }
+                }
+                // the first sweep of a block fetches the next block's rows meanwhile
+                let next = if j0 == 0 && c == 0 {
+                    Some(v.wrapping_add(ROWS * d) as *const i8)
+                } else {
+                    None
+                };
+                let row_bytes = d * std::mem::size_of::<$elem>();
+                for i in r0..r1 {
+                    if let Some(p) = next {
+                        for line in (0..row_bytes).step_by(64) {
+                            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(i * row_bytes + line));
+                        }
+                    }
+                    let mut vr = [_mm256_setzero_ps(); W];
+                    for (x, vx) in vr.iter_mut().enumerate() {
+                        *vx = $load(v.add(i * d + c + 8 * x));
+                    }
+                    for (j, tj) in t.iter_mut().enumerate() {
+                        let wv = _mm256_broadcast_ss(&*w.add((j0 + j) * n + i));
+                        for (tx, &vx) in tj.iter_mut().zip(&vr) {
+                            *tx = _mm256_fmadd_ps(wv, vx, *tx);
+                        }
+                    }
+                }
+                for (j, tj) in t.iter().enumerate() {
+                    for (x, tx) in tj.iter().enumerate() {
+                        _mm256_storeu_ps(a.add((j0 + j) * d + c + 8 * x), *tx);
+                    }
+                }
+            }
+        }
+    };
+}
+
+/// Rows per block of the accumulate kernels: 64 f16 rows of d = 64 are 8 KiB, in L1 while
+/// the columns are swept.
+const ROWS: usize = 64;
+
+block_kernels!(
+    f16,
+    load_f16,
+    "avx2,fma,f16c",
+    block_scores,
+    block_accumulate
+);
+block_kernels!(
+    f32,
+    load_f32,
+    "avx2,fma,f16c",
+    block_scores_f32,
+    block_accumulate_f32
+);
+
+/// `acc += w * row` over the common prefix ([`crate::attention::Elem::axpy`]).
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C (the token proves it). Any lengths: only the common
+/// prefix is touched.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn axpy(_: Avx2, acc: &mut [f32], w: f32, row: &[f16]) {
+    let n = acc.len().min(row.len());
+    let wv = _mm256_set1_ps(w);
+    let mut i = 0;
+    while i + 8 <= n {
+        let v = _mm256_cvtph_ps(_mm_loadu_si128(row.as_ptr().add(i) as *const __m128i));
+        let a = _mm256_loadu_ps(acc.as_ptr().add(i));
+        _mm256_storeu_ps(acc.as_mut_ptr().add(i), _mm256_fmadd_ps(wv, v, a));
+        i += 8;
+    }
+    while i < n {
+        acc[i] += w * row[i].to_f32();
+        i += 1;
+    }
+}

@@ -1,0 +1,253 @@
+//! [`Elem`]: the element types of cached rows (f32, f16) and their kernels, with the safe entry
+//! points that check shapes once and choose between the AVX2 and the portable kernels.
+//!
+//! Contract of the block kernels (checked at entry, an error otherwise): `d > 0`, `queries`
+//! (or `acc`) holds `h` whole rows of `d` and `keys` (or `values`) `n` whole rows of `d`, and
+//! `out` (or `weights`) holds at least `h * n` entries, head-major (`[j * n + i]`).
+
+use qada_stats::f16;
+#[cfg(target_arch = "x86_64")]
+use qada_stats::simd::Avx2;
+
+use super::portable::{
+    axpy_f16, axpy_f32, block_accumulate_portable, block_scores_portable, dot, dot_f16,
+};
+use crate::{CoreError, Result};
+
+/// Element types of cached rows: the dot product with an f32 query and the update
+/// `acc += w * row`.
+///
+/// The two block kernels serve the query heads of one GQA group at once: every key and value
+/// row is read (and converted) once for all of them. Their shapes are checked once per call
+/// (see the module's contract); `dot` and `axpy` work over the common prefix of their slices.
+pub trait Elem: Copy + Send + Sync {
+    /// `q . row`, over the common prefix of `q` and `row`.
+    fn dot(q: &[f32], row: &[Self]) -> f32;
+    /// `acc += w * row`, over the common prefix of `acc` and `row`.
+    fn axpy(acc: &mut [f32], w: f32, row: &[Self]);
+
+    /// Scores of `h = queries.len() / d` heads against the `n = keys.len() / d` rows of a block:
+    /// `out[j * n + i] = scale * q_j . k_i`.
+    ///
+    /// # Errors
+    /// [`CoreError::DimensionMismatch`] when `d == 0`, a slice is not whole rows of `d`, or
+    /// `out.len() < h * n`.
+    fn block_scores(
+        queries: &[f32],
+        keys: &[Self],
+        d: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) -> Result<()> {
+        check_block(
+            "scores of a block (h x n)",
+            d,
+            queries.len(),
+            keys.len(),
+            out.len(),
+        )?;
+        block_scores_portable(queries, keys, d, scale, out);
+        Ok(())
+    }
+
+    /// `acc_j += sum_i w[j * n + i] v_i` for the `h = acc.len() / d` heads, `n = values.len() / d`.
+    ///
+    /// # Errors
+    /// [`CoreError::DimensionMismatch`] when `d == 0`, a slice is not whole rows of `d`, or
+    /// `weights.len() < h * n`.
+    fn block_accumulate(acc: &mut [f32], weights: &[f32], values: &[Self], d: usize) -> Result<()> {
+        check_block(
+            "weights of a block (h x n)",
+            d,
+            acc.len(),
+            values.len(),
+            weights.len(),
+        )?;
+        block_accumulate_portable(acc, weights, values, d);
+        Ok(())
+    }
+}
+
+/// The block contract: `d > 0`, `heads_len = h d`, `rows_len = n d`, `table_len >= h n`.
+fn check_block(
+    what: &'static str,
+    d: usize,
+    heads_len: usize,
+    rows_len: usize,
+    table_len: usize,
+) -> Result<()> {
+    if d == 0 {
+        return Err(CoreError::DimensionMismatch {
+            what: "row length d of a block (must be positive)",
+            expected: 1,
+            found: 0,
+        });
+    }
+    for (part, len) in [
+        ("queries or accumulators of a block (h x d)", heads_len),
+        ("keys or values of a block (n x d)", rows_len),
+    ] {
+        if len % d != 0 {
+            return Err(CoreError::DimensionMismatch {
+                what: part,
+                expected: len - len % d,
+                found: len,
+            });
+        }
+    }
+    let need = (heads_len / d).saturating_mul(rows_len / d);
+    if table_len < need {
+        return Err(CoreError::DimensionMismatch {
+            what,
+            expected: need,
+            found: table_len,
+        });
+    }
+    Ok(())
+}
+
+impl Elem for f32 {
+    #[inline]
+    fn dot(q: &[f32], row: &[f32]) -> f32 {
+        dot(q, row)
+    }
+    #[inline]
+    fn axpy(acc: &mut [f32], w: f32, row: &[f32]) {
+        axpy_f32(acc, w, row)
+    }
+    fn block_scores(
+        queries: &[f32],
+        keys: &[f32],
+        d: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) -> Result<()> {
+        check_block(
+            "scores of a block (h x n)",
+            d,
+            queries.len(),
+            keys.len(),
+            out.len(),
+        )?;
+        #[cfg(target_arch = "x86_64")]
+        if let (0, Some(t)) = (d % 8, Avx2::detect()) {
+            // SAFETY: the token proves AVX2, FMA and F16C; `check_block` proved `d > 0`,
+            // whole rows and `out.len() >= h * n`, and `d % 8 == 0` here: the kernel's contract.
+            unsafe { super::avx2::block_scores_f32(t, queries, keys, d, scale, out) };
+            return Ok(());
+        }
+        block_scores_portable(queries, keys, d, scale, out);
+        Ok(())
+    }
+    fn block_accumulate(acc: &mut [f32], weights: &[f32], values: &[f32], d: usize) -> Result<()> {
+        check_block(
+            "weights of a block (h x n)",
+            d,
+            acc.len(),
+            values.len(),
+            weights.len(),
+        )?;
+        #[cfg(target_arch = "x86_64")]
+        if let (0, Some(t)) = (d % 8, Avx2::detect()) {
+            // SAFETY: the token proves AVX2, FMA and F16C; `check_block` proved `d > 0`,
+            // whole rows and `weights.len() >= h * n`, and `d % 8 == 0` here.
+            unsafe { super::avx2::block_accumulate_f32(t, acc, weights, values, d) };
+            return Ok(());
+        }
+        block_accumulate_portable(acc, weights, values, d);
+        Ok(())
+    }
+}
+
+impl Elem for f16 {
+    #[inline]
+    fn dot(q: &[f32], row: &[f16]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = Avx2::detect() {
+            // SAFETY: the token proves AVX2, FMA and F16C; the kernel reads the common prefix
+            // of `q` and `row` only.
+            return unsafe { super::avx2::dot(t, q, row) };
+        }
+        dot_f16(q, row)
+    }
+    #[inline]
+    fn axpy(acc: &mut [f32], w: f32, row: &[f16]) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(t) = Avx2::detect() {
+            // SAFETY: the token proves AVX2, FMA and F16C; the kernel touches the common
+            // prefix of `acc` and `row` only.
+            return unsafe { super::avx2::axpy(t, acc, w, row) };
+        }
+        axpy_f16(acc, w, row)
+    }
+    fn block_scores(
+        queries: &[f32],
+        keys: &[f16],
+        d: usize,
+        scale: f32,
+        out: &mut [f32],
+    ) -> Result<()> {
+        check_block(
+            "scores of a block (h x n)",
+            d,
+            queries.len(),
+            keys.len(),
+            out.len(),
+        )?;
+        #[cfg(target_arch = "x86_64")]
+        if let (0, true, Some(t)) = (d % 8, d <= super::avx2::MAX_D, Avx2::detect()) {
+            // SAFETY: the token proves AVX2, FMA and F16C; `check_block` proved `d > 0`,
+            // whole rows and `out.len() >= h * n`, and `d % 8 == 0` here.
+            unsafe { super::avx2::block_scores(t, queries, keys, d, scale, out) };
+            return Ok(());
+        }
+        block_scores_portable(queries, keys, d, scale, out);
+        Ok(())
+    }
+    fn block_accumulate(acc: &mut [f32], weights: &[f32], values: &[f16], d: usize) -> Result<()> {
+        check_block(
+            "weights of a block (h x n)",
+            d,
+            acc.len(),
+            values.len(),
+            weights.len(),
+        )?;
+        #[cfg(target_arch = "x86_64")]
+        if let (0, true, Some(t)) = (d % 8, d <= super::avx2::MAX_D, Avx2::detect()) {
+            // SAFETY: the token proves AVX2, FMA and F16C; `check_block` proved `d > 0`,
+            // whole rows and `weights.len() >= h * n`, and `d % 8 == 0` here.
+            unsafe { super::avx2::block_accumulate(t, acc, weights, values, d) };
+            return Ok(());
+        }
+        block_accumulate_portable(acc, weights, values, d);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_kernels_reject_wrong_shapes_instead_of_reading_past_them() {
+        let q = [1.0f32; 16];
+        let k = [1.0f32; 24];
+        let mut out = [0.0f32; 6];
+        assert!(f32::block_scores(&q, &k, 8, 1.0, &mut out).is_ok());
+        assert_eq!(out, [8.0; 6]);
+        // out one short, d = 0, ragged rows: errors, on both element types
+        assert!(f32::block_scores(&q, &k, 8, 1.0, &mut out[..5]).is_err());
+        assert!(f32::block_scores(&q, &k, 0, 1.0, &mut out).is_err());
+        assert!(f32::block_scores(&q[..15], &k, 8, 1.0, &mut out).is_err());
+        let k16 = [f16::ONE; 24];
+        assert!(f16::block_scores(&q, &k16, 8, 1.0, &mut out[..5]).is_err());
+        assert!(f16::block_scores(&q, &k16[..23], 8, 1.0, &mut out).is_err());
+        let mut acc = [0.0f32; 16];
+        let w = [1.0f32; 6];
+        assert!(f32::block_accumulate(&mut acc, &w[..5], &k, 8).is_err());
+        assert!(f16::block_accumulate(&mut acc, &w[..5], &k16, 8).is_err());
+        assert!(f16::block_accumulate(&mut acc, &w, &k16, 0).is_err());
+        assert!(f16::block_accumulate(&mut acc, &w, &k16, 8).is_ok());
+        assert_eq!(acc, [3.0; 16]);
+    }
+}

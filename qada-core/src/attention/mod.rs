@@ -1,0 +1,24 @@
+//! Softmax attention for one head over borrowed key/value slices, and the kernels beneath it.
+//!
+//! `o = softmax(s) V` with `s_i = scale * q . k_i`. One idea per module:
+//! - [`KvSegments`] (`segments`): one KV head's sink, bulk and window rows and bulk moments;
+//! - `exp`: [`fast_exp`], [`exp_in_place`], [`max_score`] and the constants of the reduction;
+//! - [`Elem`] (`elem`): f32 and f16 rows, the safe entry points that check shapes and choose a
+//!   kernel (the AVX2 one when [`qada_stats::simd::Avx2::detect`] gives a token);
+//! - `portable` and `avx2`: the kernels themselves;
+//! - `softmax`: the reference [`scores`], [`softmax_attend`], [`dense_attention`] and
+//!   [`local_attention`].
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+mod elem;
+mod exp;
+mod portable;
+mod segments;
+mod softmax;
+
+pub use elem::Elem;
+pub use exp::{exp_in_place, fast_exp, max_score};
+pub use portable::dot;
+pub use segments::KvSegments;
+pub use softmax::{dense_attention, local_attention, scores, softmax_attend, weighted_sum};
