@@ -21,6 +21,7 @@ pub mod criteria;
 mod criterion;
 mod error;
 pub mod lse;
+pub mod metrics;
 
 pub use accounting::{Accounting, HeadCounts};
 pub use adaptive::{attend_layer, LayerKv, LayerScratch};
