@@ -10,26 +10,28 @@
 //!
 //! Configurations: dense and window (the two ends), oracle, approx with current moments and
 //! approx with calibration moments over `tau`, static over `alpha`.
+//!
+//! The tasks are `qada_model::eval` and the metrics `qada_core::metrics`; this module plans the
+//! sweep and runs it, [`report`] writes what it found.
 
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use indicatif::ProgressBar;
 use qada_core::{
     Accounting, Approx, Dense, LocalityCriterion, Oracle, Static, StaticTable, Tau, Window,
 };
 use qada_kv::{MomentsMode, WindowConfig};
-use qada_model::{Model, Sampler, SamplingParams, Session, SessionOptions, StreamDecoder};
+use qada_model::eval::{dense_prefill, passkey, FidelityTotals};
+use qada_model::{FidelityReference, Model, PasskeyTask, Session, SessionOptions};
 use qada_stats::MomentTable;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
-use serde_json::json;
 
 use super::calibrate::{corpus_prompts, moment_table, static_table};
 use crate::common::{fail, load_model, progress_bar, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part};
-use crate::plot::{self, Series};
+
+mod report;
+
+use report::{read_rows, write_outputs, Row};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -73,8 +75,6 @@ const FULL_TAUS: &[f64] = &[
 const FULL_ALPHAS: &[f64] = &[0.05, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85, 0.95];
 const QUICK_TAUS: &[f64] = &[0.3, 0.6, 0.9, 0.99];
 const QUICK_ALPHAS: &[f64] = &[0.25, 0.5, 0.75];
-/// Sparsities at which methods are compared in the summary table.
-pub const MATCHED: &[f64] = &[0.5, 0.7, 0.85, 0.9];
 
 /// One point of a sweep.
 struct Config {
@@ -95,38 +95,6 @@ impl<C: LocalityCriterion + ?Sized> LocalityCriterion for Shared<C> {
     fn decision_flops(&self, d: usize, n: usize) -> u64 {
         self.0.decision_flops(d, n)
     }
-}
-
-/// A result row: `(task, method, parameter, sparsity, metric, value, count)`.
-#[derive(Clone, Debug)]
-pub struct Row {
-    pub task: String,
-    pub method: String,
-    pub param: Option<f64>,
-    pub sparsity: f64,
-    pub metric: String,
-    pub value: f64,
-    pub count: u64,
-}
-
-impl Row {
-    fn from_json(v: &serde_json::Value) -> Option<Row> {
-        Some(Row {
-            task: v["task"].as_str()?.to_string(),
-            method: v["method"].as_str()?.to_string(),
-            param: v["parameter"].as_f64(),
-            sparsity: v["sparsity"].as_f64().unwrap_or(f64::NAN),
-            metric: v["metric"].as_str()?.to_string(),
-            value: v["value"].as_f64().unwrap_or(f64::NAN),
-            count: v["count"].as_u64()?,
-        })
-    }
-}
-
-/// Names in first-seen order, each once.
-fn unique<'a>(it: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
-    let mut seen = std::collections::BTreeSet::new();
-    it.filter(|x| seen.insert(*x)).collect()
 }
 
 struct Plan {
@@ -216,26 +184,24 @@ fn setup(
     Ok(())
 }
 
-struct Acc {
-    acc: Option<Accounting>,
-    sum: f64,
-    count: u64,
-}
+/// The decisions of every run of one configuration, merged.
+#[derive(Default)]
+struct Decisions(Option<Accounting>);
 
-impl Acc {
-    fn add(&mut self, a: &Accounting, value: f64) {
-        match &mut self.acc {
+impl Decisions {
+    fn add(&mut self, a: &Accounting) {
+        match &mut self.0 {
             Some(x) => x.merge(a),
-            None => self.acc = Some(a.clone()),
+            None => self.0 = Some(a.clone()),
         }
-        self.sum += value;
-        self.count += 1;
     }
     fn sparsity(&self) -> f64 {
-        self.acc.as_ref().map_or(f64::NAN, |a| a.sparsity())
+        self.0.as_ref().map_or(f64::NAN, |a| a.sparsity())
     }
 }
 
+/// The passkey task: per seed, one haystack and a prompt per (length, depth), each prefilled
+/// once and answered under every configuration.
 fn passkey(
     model: &Model,
     corpus: &Corpus,
@@ -244,82 +210,26 @@ fn passkey(
     table: Option<&Arc<MomentTable>>,
     window: WindowConfig,
 ) -> CliResult<Vec<Row>> {
-    let tok = &model.tokenizer;
-    let chat = tok.chat_template().ok_or(
-        "the passkey task asks its question in the chat template, and this model has none",
-    )?;
+    let task = PasskeyTask::new(&model.tokenizer)?;
     let n_trials = plan.lengths.len() * plan.depths.len() * plan.seeds;
-    let pb: ProgressBar = progress_bar((n_trials * cfgs.len()) as u64, "passkey");
-    let mut accs: Vec<Acc> = cfgs
+    let pb = progress_bar((n_trials * cfgs.len()) as u64, "passkey");
+    // per config: decisions, sum of scores, trials
+    let mut accs: Vec<(Decisions, f64, u64)> = cfgs
         .iter()
-        .map(|_| Acc {
-            acc: None,
-            sum: 0.0,
-            count: 0,
-        })
+        .map(|_| (Decisions::default(), 0.0, 0))
         .collect();
     let mut session = Session::new(model, SessionOptions::new(Box::new(Dense), window))?;
-    let rendered = chat.render_user("\u{1}", None);
-    let (pre, post) = rendered.split_once('\u{1}').expect("marker");
-    for seed in 0..plan.seeds {
-        let mut rng = StdRng::seed_from_u64(1000 + seed as u64);
-        let hay_text = corpus.running_text(Part::Evaluation, 60_000, 7 + seed as u64);
-        let hay_all = tok.encode(&hay_text)?;
-        for &len in &plan.lengths {
-            for &depth in &plan.depths {
-                let key: u32 = rng.gen_range(10_000..100_000);
-                let needle = tok.encode(&format!(
-                    " The pass key is {key}. Remember it. {key} is the pass key. "
-                ))?;
-                let prefix = tok.encode(pre)?;
-                let suffix = tok.encode(&format!(
-                    "\n\nWhat is the pass key? Answer with the number only.{post}The pass key is"
-                ))?;
-                let overhead = prefix.len() + needle.len() + suffix.len();
-                if len <= overhead + 16 || hay_all.len() < len {
-                    return fail(format!(
-                        "context length {len} is too short for the passkey prompt"
-                    ));
-                }
-                let hay = &hay_all[..len - overhead];
-                // the needle goes at the sentence start nearest before the depth (within 200 tokens)
-                let target = (depth * hay.len() as f64) as usize;
-                let boundary = |i: usize| {
-                    i == 0
-                        || tok
-                            .token_bytes(hay[i - 1])
-                            .is_some_and(|b| b.ends_with(b".") || b.ends_with(b"\n"))
-                };
-                let at = (target.saturating_sub(200)..=target)
-                    .rev()
-                    .find(|&i| boundary(i))
-                    .unwrap_or(target);
-                let mut ids = prefix.clone();
-                ids.extend_from_slice(&hay[..at]);
-                ids.extend_from_slice(&needle);
-                ids.extend_from_slice(&hay[at..]);
-                ids.extend_from_slice(&suffix);
-                session.start_over(Box::new(Dense), MomentsMode::Update)?;
-                session.prefill(&ids, &mut |_, _| {})?;
-                let cp = session.checkpoint();
-                for (c, acc) in cfgs.iter().zip(accs.iter_mut()) {
-                    setup(&mut session, &cp, c, table)?;
-                    let mut sampler = Sampler::new(SamplingParams::default())?;
-                    let mut next = sampler.sample(session.logits())?;
-                    let mut dec = StreamDecoder::new();
-                    let mut text = String::new();
-                    for _ in 0..8 {
-                        if Some(next) == tok.eos() {
-                            break;
-                        }
-                        text.push_str(&dec.push(tok, next));
-                        next = sampler.sample(session.step(next)?)?;
-                    }
-                    text.push_str(&dec.finish());
-                    let ok = text.contains(&key.to_string());
-                    acc.add(session.accounting(), ok as u8 as f64);
-                    pb.inc(1);
-                }
+    for seed in 0..plan.seeds as u64 {
+        let hay = corpus.running_text(Part::Evaluation, 60_000, 7 + seed);
+        for prompt in task.trials(&hay, &plan.lengths, &plan.depths, 1000 + seed)? {
+            let cp = dense_prefill(&mut session, &prompt.ids)?;
+            for (c, acc) in cfgs.iter().zip(accs.iter_mut()) {
+                setup(&mut session, &cp, c, table)?;
+                let answer = passkey::answer(&mut session)?;
+                acc.0.add(session.accounting());
+                acc.1 += prompt.score(&answer);
+                acc.2 += 1;
+                pb.inc(1);
             }
         }
     }
@@ -327,36 +237,20 @@ fn passkey(
     Ok(cfgs
         .iter()
         .zip(&accs)
-        .map(|(c, a)| Row {
+        .map(|(c, (decisions, sum, count))| Row {
             task: "passkey".into(),
             method: c.method.into(),
             param: c.param,
-            sparsity: a.sparsity(),
+            sparsity: decisions.sparsity(),
             metric: "accuracy".into(),
-            value: a.sum / a.count.max(1) as f64,
-            count: a.count,
+            value: sum / (*count).max(1) as f64,
+            count: *count,
         })
         .collect())
 }
 
-fn log_softmax(logits: &[f32]) -> Vec<f64> {
-    let m = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
-    let z: f64 = logits
-        .iter()
-        .map(|&l| (l as f64 - m).exp())
-        .sum::<f64>()
-        .ln()
-        + m;
-    logits.iter().map(|&l| l as f64 - z).collect()
-}
-
-fn argmax(v: &[f64]) -> usize {
-    v.iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1))
-        .map_or(0, |x| x.0)
-}
-
+/// The fidelity task: per text, one dense reference, then the teacher-forced steps under
+/// every configuration.
 fn fidelity(
     model: &Model,
     corpus: &Corpus,
@@ -369,155 +263,48 @@ fn fidelity(
     let (t, n) = (plan.fidelity_len, plan.fidelity_steps);
     let pb = progress_bar((plan.fidelity_texts * cfgs.len()) as u64, "fidelity");
     let mut session = Session::new(model, SessionOptions::new(Box::new(Dense), window))?;
-    // per config: accounting, and sums of nll, delta nll, top-1 agreement, kl
-    let mut accs: Vec<(Option<Accounting>, [f64; 4], u64)> =
-        cfgs.iter().map(|_| (None, [0.0; 4], 0)).collect();
+    let mut accs: Vec<(Decisions, FidelityTotals)> = cfgs
+        .iter()
+        .map(|_| (Decisions::default(), FidelityTotals::default()))
+        .collect();
     for text_i in 0..plan.fidelity_texts {
         let text = corpus.running_text(Part::Evaluation, (t + n) * 8, 100 + text_i as u64);
         let ids = tok.encode(&text)?;
         if ids.len() < t + n + 1 {
             return fail("the evaluation corpus is too short for --fidelity length");
         }
-        session.start_over(Box::new(Dense), MomentsMode::Update)?;
-        session.prefill(&ids[..t], &mut |_, _| {})?;
-        let cp = session.checkpoint();
-        // dense reference log-probabilities at each teacher-forced step
-        let mut dense: Vec<Vec<f64>> = Vec::with_capacity(n);
-        for j in 0..n {
-            dense.push(log_softmax(session.step(ids[t + j])?));
-        }
+        let reference = FidelityReference::new(&mut session, &ids, t, n)?;
         for (c, acc) in cfgs.iter().zip(accs.iter_mut()) {
-            setup(&mut session, &cp, c, table)?;
-            for j in 0..n {
-                let lp = log_softmax(session.step(ids[t + j])?);
-                let truth = ids[t + j + 1] as usize;
-                let d = &dense[j];
-                let kl: f64 = d.iter().zip(&lp).map(|(&a, &b)| a.exp() * (a - b)).sum();
-                acc.1[0] += -lp[truth];
-                acc.1[1] += -lp[truth] + d[truth];
-                acc.1[2] += (argmax(&lp) == argmax(d)) as u8 as f64;
-                acc.1[3] += kl.max(0.0);
-                acc.2 += 1;
+            setup(&mut session, reference.checkpoint(), c, table)?;
+            for step in reference.compare(&mut session)? {
+                acc.1.add(&step);
             }
-            match &mut acc.0 {
-                Some(a) => a.merge(session.accounting()),
-                None => acc.0 = Some(session.accounting().clone()),
-            }
+            acc.0.add(session.accounting());
             pb.inc(1);
         }
     }
     pb.finish_and_clear();
     let mut rows = Vec::new();
-    for (c, (acc, sums, count)) in cfgs.iter().zip(&accs) {
-        let sparsity = acc.as_ref().map_or(f64::NAN, |a| a.sparsity());
-        for (k, metric) in ["nll", "delta_nll", "top1_agreement", "kl"]
-            .into_iter()
-            .enumerate()
-        {
+    for (c, (decisions, totals)) in cfgs.iter().zip(&accs) {
+        let m = totals.means();
+        for (metric, value) in [
+            ("nll", m.nll),
+            ("delta_nll", m.delta_nll),
+            ("top1_agreement", m.top1_agreement),
+            ("kl", m.kl),
+        ] {
             rows.push(Row {
                 task: "fidelity".into(),
                 method: c.method.into(),
                 param: c.param,
-                sparsity,
+                sparsity: decisions.sparsity(),
                 metric: metric.into(),
-                value: sums[k] / (*count).max(1) as f64,
-                count: *count,
+                value,
+                count: totals.steps,
             });
         }
     }
     Ok(rows)
-}
-
-/// Linear interpolation of `(sparsity, value)` points at sparsity `s` (None outside).
-pub fn interpolate(points: &[(f64, f64)], s: f64) -> Option<f64> {
-    let mut p: Vec<(f64, f64)> = points
-        .iter()
-        .copied()
-        .filter(|p| p.0.is_finite() && p.1.is_finite())
-        .collect();
-    p.sort_by(|a, b| a.0.total_cmp(&b.0));
-    for w in p.windows(2) {
-        let ((x0, y0), (x1, y1)) = (w[0], w[1]);
-        if x0 <= s && s <= x1 {
-            return Some(if x1 - x0 < 1e-12 {
-                0.5 * (y0 + y1)
-            } else {
-                y0 + (y1 - y0) * (s - x0) / (x1 - x0)
-            });
-        }
-    }
-    p.iter().find(|q| (q.0 - s).abs() < 1e-9).map(|q| q.1)
-}
-
-fn write_outputs(dir: &Path, task: &str, rows: &[Row], summary: &mut String) -> CliResult<()> {
-    let mut csv = String::from("task,method,parameter,sparsity,metric,value,count\n");
-    for r in rows {
-        let p = r.param.map_or(String::new(), |p| p.to_string());
-        let _ = writeln!(
-            csv,
-            "{},{},{},{:.6},{},{:.6},{}",
-            r.task, r.method, p, r.sparsity, r.metric, r.value, r.count
-        );
-    }
-    std::fs::write(dir.join(format!("{task}.csv")), csv)?;
-    let json_rows: Vec<_> = rows
-        .iter()
-        .map(|r| json!({"task": r.task, "method": r.method, "parameter": r.param, "sparsity": r.sparsity, "metric": r.metric, "value": r.value, "count": r.count}))
-        .collect();
-    std::fs::write(
-        dir.join(format!("{task}.json")),
-        serde_json::to_string_pretty(&json_rows)?,
-    )?;
-    for metric in unique(rows.iter().map(|r| r.metric.as_str())) {
-        let methods = unique(rows.iter().map(|r| r.method.as_str()));
-        let series: Vec<Series> = methods
-            .iter()
-            .map(|m| Series {
-                name: m.to_string(),
-                points: rows
-                    .iter()
-                    .filter(|r| r.method == *m && r.metric == metric)
-                    .map(|r| (r.sparsity, r.value))
-                    .collect(),
-            })
-            .collect();
-        let file = dir.join(format!("{task}_{metric}.png"));
-        plot::curves(
-            &file,
-            &format!("{task}: {metric} against sparsity"),
-            metric,
-            &series,
-        )?;
-        let _ = writeln!(summary, "\n{task}, {metric} at matched sparsity:\n");
-        let _ = writeln!(
-            summary,
-            "| method | {} |",
-            MATCHED
-                .iter()
-                .map(|s| format!("s = {s}"))
-                .collect::<Vec<_>>()
-                .join(" | ")
-        );
-        let _ = writeln!(summary, "|---|{}", "---|".repeat(MATCHED.len()));
-        for s in &series {
-            if s.points.len() < 2 {
-                let (sp, v) = s.points.first().copied().unwrap_or((f64::NAN, f64::NAN));
-                let _ = writeln!(
-                    summary,
-                    "| {} (sparsity {sp:.3}) | {v:.4} |{}",
-                    s.name,
-                    " |".repeat(MATCHED.len() - 1)
-                );
-                continue;
-            }
-            let cells: Vec<String> = MATCHED
-                .iter()
-                .map(|&m| interpolate(&s.points, m).map_or("-".into(), |v| format!("{v:.4}")))
-                .collect();
-            let _ = writeln!(summary, "| {} | {} |", s.name, cells.join(" | "));
-        }
-    }
-    Ok(())
 }
 
 pub fn run(a: Args) -> CliResult<()> {
@@ -534,15 +321,7 @@ pub fn run(a: Args) -> CliResult<()> {
             if !wanted || !path.exists() {
                 continue;
             }
-            let text =
-                std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let v: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-            let rows: Option<Vec<Row>> = v
-                .as_array()
-                .map(|a| a.iter().filter_map(Row::from_json).collect());
-            let rows =
-                rows.ok_or_else(|| format!("{}: not an array of eval rows", path.display()))?;
+            let rows = read_rows(&path)?;
             write_outputs(&a.out_dir, task, &rows, &mut summary)?;
         }
         std::fs::write(a.out_dir.join("summary.md"), &summary)?;
@@ -647,18 +426,4 @@ pub fn run(a: Args) -> CliResult<()> {
         a.out_dir.display()
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn interpolation_is_linear_between_points_and_none_outside() {
-        let p = [(0.2, 1.0), (0.6, 0.0), (0.4, 0.5)];
-        assert_eq!(interpolate(&p, 0.5), Some(0.25));
-        assert_eq!(interpolate(&p, 0.2), Some(1.0));
-        assert_eq!(interpolate(&p, 0.9), None);
-        assert_eq!(interpolate(&[(0.3, 2.0)], 0.3), Some(2.0));
-    }
 }
