@@ -60,6 +60,7 @@ pub mod criteria;
 mod criterion;
 mod error;
 pub mod lse;
+pub mod metrics;
 pub mod query;
 
 pub use accounting::{Accounting, HeadCounts};

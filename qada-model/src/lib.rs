@@ -69,7 +69,10 @@ pub use session::{Session, SessionCheckpoint, SessionOptions, StepObserver};
 pub mod generate;
 
 pub use generate::{generate, GenerateConfig, Generation, Sampler, SamplingParams, StopReason};
+pub mod eval;
 pub mod qlinear;
+
+pub use eval::{FidelityReference, FidelityStep, PasskeyPrompt, PasskeyTask};
 
 // Types users share across threads (a loaded model serves many sessions).
 const _: () = {

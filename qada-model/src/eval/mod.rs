@@ -1,0 +1,31 @@
+//! Evaluation tasks on a real model, one per module, each measured against dense decoding:
+//!
+//! - [`passkey`]: a RULER-style needle, a 5-digit pass key hidden at a depth of haystack text
+//!   and asked for at the end; scored by [`qada_core::metrics::recall`].
+//! - [`fidelity`]: teacher-forced steps after a dense prefill, compared step by step with the
+//!   dense distribution: NLL, top-1 agreement and KL(dense || sparse).
+//!
+//! Both prefill each prompt once densely ([`dense_prefill`]) and run every configuration from
+//! the checkpoint it returns, so configurations differ only in decoding. The builders take
+//! their text and seeds as arguments and return values; they never print.
+
+pub mod fidelity;
+pub mod passkey;
+
+pub use fidelity::{FidelityMeans, FidelityReference, FidelityStep, FidelityTotals};
+pub use passkey::{PasskeyPrompt, PasskeyTask};
+
+use qada_core::Dense;
+use qada_kv::MomentsMode;
+
+use crate::session::{Session, SessionCheckpoint};
+use crate::Result;
+
+/// Forget what `session` held, prefill `ids` densely with bulk moments that follow the keys
+/// (`MomentsMode::Update`), and return the checkpoint after prefill, from which every
+/// configuration under test is restored.
+pub fn dense_prefill(session: &mut Session<'_>, ids: &[u32]) -> Result<SessionCheckpoint> {
+    session.start_over(Box::new(Dense), MomentsMode::Update)?;
+    session.prefill(ids, &mut |_, _| {})?;
+    Ok(session.checkpoint())
+}
