@@ -5,6 +5,8 @@
 //! The modules are the command's own (argument parsing and printing); the libraries
 //! (`qada-stats`, `qada-core`, `qada-kv`, `qada-model`) hold everything else.
 
+#![warn(missing_docs)]
+
 mod cmd;
 mod common;
 mod corpus;

@@ -61,6 +61,7 @@ pub mod x86 {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn hsum(v: __m256) -> f32 {
+        // SAFETY: register operations only; the CPU features are the caller's proof.
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
@@ -73,6 +74,7 @@ pub mod x86 {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn hsum4(a: &[__m256; 4]) -> __m128 {
+        // SAFETY: register operations only; the CPU features are the caller's proof.
         let t = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
         _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1))
     }

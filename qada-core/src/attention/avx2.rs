@@ -25,6 +25,7 @@ pub unsafe fn dot(_: Avx2, q: &[f32], row: &[f16]) -> f32 {
     let n = q.len().min(row.len());
     let mut acc = _mm256_setzero_ps();
     let mut i = 0;
+    // SAFETY: every load reads elements i..i + 8 with i + 8 <= n <= both lengths.
     while i + 8 <= n {
         let k = _mm256_cvtph_ps(_mm_loadu_si128(row.as_ptr().add(i) as *const __m128i));
         acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(i)), k, acc);
@@ -70,6 +71,8 @@ pub unsafe fn exp_in_place(_: Avx2, s: &mut [f32], m: f32) -> f32 {
         // inputs below -87 (and -inf) give 0
         _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), _mm256_castsi256_ps(bits))
     };
+    // SAFETY: loads and stores at p + i .. p + i + 16 (or + 8) happen only while that end is
+    // at most n = s.len(); the tail goes through a padded stack array.
     let p = s.as_mut_ptr();
     let n = s.len();
     let mut i = 0;
@@ -110,6 +113,7 @@ pub unsafe fn max_score(_: Avx2, s: &[f32], init: f32) -> f32 {
     // `_mm256_max_ps(x, acc)` returns `acc` when `x` is NaN, so NaN scores are skipped
     let (mut a, mut b) = (_mm256_set1_ps(init), _mm256_set1_ps(init));
     let mut chunks = s.chunks_exact(16);
+    // SAFETY: each chunk holds exactly 16 f32: the loads at 0 and 8 read inside it.
     for c in &mut chunks {
         a = _mm256_max_ps(_mm256_loadu_ps(c.as_ptr()), a);
         b = _mm256_max_ps(_mm256_loadu_ps(c.as_ptr().add(8)), b);
@@ -124,14 +128,22 @@ pub unsafe fn max_score(_: Avx2, s: &[f32], init: f32) -> f32 {
 pub const MAX_D: usize = 512;
 
 /// Eight f16 at `p` widened to f32.
+///
+/// # Safety
+/// `p` points at 8 readable f16 (the callers' bounds: see their `// SAFETY:` comments).
 #[inline(always)]
 unsafe fn load_f16(p: *const f16) -> __m256 {
+    // SAFETY: 16 bytes at `p` are readable by the contract; the load is unaligned.
     _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
 }
 
 /// Eight f32 at `p`.
+///
+/// # Safety
+/// `p` points at 8 readable f32.
 #[inline(always)]
 unsafe fn load_f32(p: *const f32) -> __m256 {
+    // SAFETY: 32 bytes at `p` are readable by the contract; the load is unaligned.
     _mm256_loadu_ps(p)
 }
 
@@ -157,6 +169,8 @@ macro_rules! block_kernels {
         ) {
             let (n, h) = (keys.len() / d, queries.len() / d);
             assert!(d % 8 == 0 && out.len() >= h * n);
+            // SAFETY: the assert gives scores_tile its contract; each tile takes heads
+            // j0..j0 + H <= h.
             let mut j0 = 0;
             while j0 < h {
                 match h - j0 {
@@ -180,6 +194,10 @@ macro_rules! block_kernels {
                 let (q, k, o) = (queries.as_ptr(), keys.as_ptr(), out.as_mut_ptr());
                 let sv = _mm_set1_ps(scale);
                 let mut i = 0;
+                // SAFETY: keys hold n rows of d (d % 8 == 0) and queries h rows, so the loads
+                // at rows i..i + 4 < n (or i < n), heads j0 + j < h and columns c + 8 <= d
+                // are in bounds; out holds h * n, so (j0 + j) * n + i + 4 <= h * n. Prefetches
+                // may point past the end: they never fault and are computed with wrapping_add.
                 while i + 4 <= n {
                     let mut acc = [[_mm256_setzero_ps(); 4]; H];
                     // the rows 32 ahead are on their way from memory meanwhile
@@ -239,6 +257,8 @@ macro_rules! block_kernels {
         ) {
             let (n, h) = (values.len() / d, acc.len() / d);
             assert!(d % 8 == 0 && weights.len() >= h * n);
+            // SAFETY: the assert gives acc_columns its contract; rows r0..r1 <= n and heads
+            // j0..j0 + H <= h.
             let mut r0 = 0;
             while r0 < n {
                 let r1 = (r0 + ROWS).min(n);
@@ -265,6 +285,7 @@ macro_rules! block_kernels {
                 rows: (usize, usize),
                 j0: usize,
             ) {
+                // SAFETY: each tile's columns c..c + 16 (or + 8 at the end) stay within d.
                 let mut c = 0;
                 while c + 16 <= d {
                     acc_tile::<H, 2>(acc, weights, values, d, rows, j0, c);
@@ -287,6 +308,10 @@ macro_rules! block_kernels {
                 c: usize,
             ) {
                 let n = values.len() / d;
+                // SAFETY: acc holds h rows of d and values n rows of d; the tile covers heads
+                // j0 + j < h, rows r0..r1 <= n and columns c..c + 8 W <= d (acc_columns keeps
+                // c + 8 W within d, d % 8 == 0); weights hold h * n, so (j0 + j) * n + i is in
+                // bounds. Prefetch addresses are computed with wrapping_add and never read.
                 let (a, w, v) = (acc.as_mut_ptr(), weights.as_ptr(), values.as_ptr());
                 let mut t = [[_mm256_setzero_ps(); W]; H];
                 for (j, tj) in t.iter_mut().enumerate() {
@@ -354,6 +379,8 @@ block_kernels!(
 /// prefix is touched.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn axpy(_: Avx2, acc: &mut [f32], w: f32, row: &[f16]) {
+    // SAFETY: the loads and stores below touch elements i..i + 8 with i + 8 <= n, the common
+    // length of `acc` and `row`.
     let n = acc.len().min(row.len());
     let wv = _mm256_set1_ps(w);
     let mut i = 0;

@@ -15,6 +15,7 @@ use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ8_0, F16Bytes};
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16(h: F16Bytes) -> f32 {
+    // SAFETY: register operations only; the CPU features are the caller's proof.
     let bits = u16::from_le_bytes(h);
     _mm_cvtss_f32(_mm_cvtph_ps(_mm_set1_epi16(bits as i16)))
 }
@@ -23,6 +24,7 @@ unsafe fn f16(h: F16Bytes) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
+    // SAFETY: the 16-byte load reads exactly the array.
     let raw = _mm_loadu_si128(qs.as_ptr().cast::<__m128i>());
     let mask = _mm_set1_epi8(0x0f);
     let lo = _mm_and_si128(raw, mask);
@@ -34,6 +36,7 @@ unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_u8_i8(w: __m256i, x: __m256i) -> __m256 {
+    // SAFETY: register operations only; the CPU features are the caller's proof.
     let p16 = _mm256_maddubs_epi16(w, x);
     _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
 }
@@ -62,6 +65,9 @@ pub(crate) unsafe fn dot_q4_1_f32(row: &[BlockQ4_1], x_nib: &[f32], sums: &[f32]
     ];
     let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let mut mins = _mm_setzero_ps();
+    // SAFETY: b < nb, so `r.add(b)` is a block of `row` (its 4 scale bytes and 16 quant bytes
+    // are read through field addresses, unaligned); the assert above makes `x_nib` hold
+    // 32 * nb values, so the four 8-wide loads at 32 b .. 32 b + 32 are in bounds.
     let (r, x) = (row.as_ptr(), x_nib.as_ptr());
     for (b, sum) in sums[..nb].iter().enumerate() {
         let blk = r.add(b);
@@ -98,6 +104,8 @@ pub(crate) unsafe fn dot_q4_1_f32(row: &[BlockQ4_1], x_nib: &[f32], sums: &[f32]
 /// The CPU supports AVX2, FMA and F16C; `x` holds at least `32 * row.len()` values.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q8_0_f32(row: &[BlockQ8_0], x: &[f32]) -> f32 {
+    // SAFETY: the 8-byte quant loads at 8 k < 32 stay in the block's 32 bytes; by the contract
+    // `x` holds 32 values per block, so the f32 loads at 32 b + 8 k .. + 8 are in bounds.
     let mut acc = _mm256_setzero_ps();
     for (b, blk) in row.iter().enumerate() {
         let d = f16(blk.d);
@@ -123,6 +131,8 @@ pub(crate) unsafe fn dot_q8_0_f32(row: &[BlockQ8_0], x: &[f32]) -> f32 {
 /// `32 * row.len()` values.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q4_1(row: &[BlockQ4_1], a: &Q8Acts) -> f32 {
+    // SAFETY: by the contract `a.q` holds 32 int8 values per block: the 32-byte load at
+    // 32 b is in bounds (the block's own bytes are read through its typed fields).
     let mut acc = _mm256_setzero_ps();
     let mut mins = 0.0f32;
     for (b, blk) in row.iter().enumerate() {
@@ -142,6 +152,8 @@ pub(crate) unsafe fn dot_q4_1(row: &[BlockQ4_1], a: &Q8Acts) -> f32 {
 /// `32 * row.len()` values.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q4_0(row: &[BlockQ4_0], a: &Q8Acts) -> f32 {
+    // SAFETY: by the contract `a.q` holds 32 int8 values per block: the 32-byte load at
+    // 32 b is in bounds (the block's own bytes are read through its typed fields).
     let mut acc = _mm256_setzero_ps();
     let eight = _mm256_set1_epi8(8);
     for (b, blk) in row.iter().enumerate() {
@@ -161,6 +173,8 @@ pub(crate) unsafe fn dot_q4_0(row: &[BlockQ4_0], a: &Q8Acts) -> f32 {
 /// `32 * row.len()` values.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q8_0(row: &[BlockQ8_0], a: &Q8Acts) -> f32 {
+    // SAFETY: by the contract `a.q` holds 32 int8 values per block: the 32-byte load at
+    // 32 b is in bounds (the block's own bytes are read through its typed fields).
     let mut acc = _mm256_setzero_ps();
     for (b, blk) in row.iter().enumerate() {
         let d = f16(blk.d);
