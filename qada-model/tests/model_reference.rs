@@ -19,13 +19,6 @@ fn model() -> &'static Model {
     })
 }
 
-fn top_k(v: &[f32], k: usize) -> Vec<u32> {
-    let mut idx: Vec<u32> = (0..v.len() as u32).collect();
-    idx.sort_by(|&a, &b| v[b as usize].total_cmp(&v[a as usize]));
-    idx.truncate(k);
-    idx
-}
-
 #[test]
 fn hyper_parameters_are_read_from_the_file() {
     let c = &model().config;
@@ -70,20 +63,11 @@ fn residual_stream_matches_the_reference_after_every_layer() {
         } else {
             trace[i].clone()
         };
-        let scale = reference
-            .iter()
-            .fold(0.0f32, |a, v| a.max(v.abs()))
-            .max(1.0);
-        let err = ours
-            .iter()
-            .zip(&reference)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max)
-            / scale;
+        let err = common::max_relative_error(&ours, &reference);
         worst = worst.max(err);
         assert!(
             err < 2e-3,
-            "row {i}: max error {err} relative to max |value| {scale}"
+            "row {i}: max error {err} relative to the row's largest value"
         );
     }
     eprintln!("worst relative residual error {worst:e}");
@@ -104,7 +88,7 @@ fn logits_and_top5_match_the_reference_for_every_prompt() {
         let mut s = common::dense_session(m);
         let logits = s.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
         let ids = common::ids(&p["top5_next_token"]["ids"]);
-        assert_eq!(top_k(&logits, 5), ids, "prompt {}", p["name"]);
+        assert_eq!(common::top_k(&logits, 5), ids, "prompt {}", p["name"]);
         for (id, l) in ids
             .iter()
             .zip(p["top5_next_token"]["logits"].as_array().unwrap())

@@ -48,21 +48,6 @@ fn model() -> &'static Model {
     })
 }
 
-fn floats(v: &Value) -> Vec<f32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap() as f32)
-        .collect()
-}
-
-fn top_k(v: &[f32], k: usize) -> Vec<u32> {
-    let mut idx: Vec<u32> = (0..v.len() as u32).collect();
-    idx.sort_by(|&a, &b| v[b as usize].total_cmp(&v[a as usize]));
-    idx.truncate(k);
-    idx
-}
-
 #[test]
 fn hyper_parameters_are_read_from_the_file() {
     let c = &model().config;
@@ -91,22 +76,7 @@ fn hyper_parameters_are_read_from_the_file() {
 fn token_ids_equal_the_reference_for_every_case_and_prompt() {
     let f = GgufFile::open(&model_path()).unwrap();
     let tok = Tokenizer::from_gguf(&f).unwrap();
-    let r = reference();
-    for case in r["tokenizer_cases"].as_array().unwrap() {
-        let text = case["text"].as_str().unwrap();
-        let got = tok.encode(text).unwrap();
-        assert_eq!(got, common::ids(&case["ids"]), "case {}", case["name"]);
-        assert_eq!(
-            tok.decode(&got),
-            case["decoded"].as_str().unwrap(),
-            "decode of {}",
-            case["name"]
-        );
-    }
-    for p in r["prompts"].as_array().unwrap() {
-        let got = tok.encode(p["text"].as_str().unwrap()).unwrap();
-        assert_eq!(got, common::ids(&p["token_ids"]), "prompt {}", p["name"]);
-    }
+    common::check_token_ids(&tok, reference());
 }
 
 #[test]
@@ -124,7 +94,7 @@ fn residual_stream_matches_the_reference_after_every_layer() {
     assert_eq!(trace.len(), n_layers + 1);
     let mut worst = 0.0f32;
     for (i, reference) in rows.iter().enumerate() {
-        let reference = floats(reference);
+        let reference = common::floats(reference);
         // The last row is after the final RMSNorm.
         let ours = if i == n_layers {
             let mut y = vec![0.0; m.config.n_embd];
@@ -156,7 +126,7 @@ fn residual_stream_matches_the_reference_after_every_layer() {
 fn logits_top5_and_greedy_continuations_match_the_reference() {
     let m = model();
     let r = reference();
-    let first64 = floats(&r["plain_sentence_last_logits_first_64"]);
+    let first64 = common::floats(&r["plain_sentence_last_logits_first_64"]);
     let mut worst_logit = 0.0f32;
     for p in r["prompts"].as_array().unwrap() {
         let name = &p["name"];
@@ -164,8 +134,11 @@ fn logits_top5_and_greedy_continuations_match_the_reference() {
         let mut s = common::dense_session(m);
         let logits = s.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
         let ids = common::ids(&p["top5_next_token"]["ids"]);
-        assert_eq!(top_k(&logits, 5), ids, "prompt {name}");
-        for (id, l) in ids.iter().zip(floats(&p["top5_next_token"]["logits"])) {
+        assert_eq!(common::top_k(&logits, 5), ids, "prompt {name}");
+        for (id, l) in ids
+            .iter()
+            .zip(common::floats(&p["top5_next_token"]["logits"]))
+        {
             let err = (logits[*id as usize] - l).abs();
             worst_logit = worst_logit.max(err);
             assert!(err < LOGIT_TOL, "prompt {name} token {id}: error {err}");

@@ -15,27 +15,7 @@ fn token_ids_equal_the_reference_for_every_case() {
     let tok = tokenizer();
     let r = common::reference();
     assert_eq!(tok.pre_tokenizer(), "smollm");
-    for case in r["tokenizer_cases"].as_array().unwrap() {
-        let text = case["text"].as_str().unwrap();
-        let expected = common::ids(&case["ids"]);
-        let got = tok.encode(text).unwrap();
-        assert_eq!(got, expected, "case {}", case["name"]);
-        assert_eq!(
-            tok.decode(&got),
-            case["decoded"].as_str().unwrap(),
-            "decode of {}",
-            case["name"]
-        );
-    }
-    for p in r["prompts"].as_array().unwrap() {
-        let text = p["text"].as_str().unwrap();
-        assert_eq!(
-            tok.encode(text).unwrap(),
-            common::ids(&p["token_ids"]),
-            "prompt {}",
-            p["name"]
-        );
-    }
+    common::check_token_ids(&tok, &r);
 }
 
 #[test]

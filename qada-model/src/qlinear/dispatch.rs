@@ -34,23 +34,35 @@ impl Kernels {
     }
 }
 
-/// Check that `row_bytes` bytes of `ty` are whole blocks holding `n_acts` values.
-pub(crate) fn check_row(ty: GgmlType, row_bytes: usize, n_acts: usize) -> Result<()> {
+/// Bytes of a row of `ty` blocks holding `n` values; `what` names the row in the error.
+///
+/// # Errors
+/// [`ModelError::UnsupportedType`] for a type without dequantization;
+/// [`ModelError::Length`] when `n` is not a whole number of blocks.
+pub(crate) fn row_bytes(ty: GgmlType, n: usize, what: &str) -> Result<usize> {
     if !ty.can_dequantize() {
         return Err(ModelError::UnsupportedType {
-            name: "row".into(),
+            name: what.into(),
             ty: ty.to_string(),
         });
     }
-    let Some(expected) = ty.bytes_for(n_acts as u64) else {
-        let (per, _) = ty.block().unwrap_or((1, 1));
-        return Err(ModelError::Length {
-            what: format!("activations against {ty} blocks of {per} values"),
-            expected: format!("a multiple of {per}"),
-            found: n_acts,
-        });
-    };
-    if expected != row_bytes as u64 {
+    match ty.bytes_for(n as u64) {
+        Some(b) => Ok(b as usize),
+        None => {
+            let (per, _) = ty.block().unwrap_or((1, 1));
+            Err(ModelError::Length {
+                what: format!("values of a {what} of {ty} blocks of {per} values"),
+                expected: format!("a multiple of {per}"),
+                found: n,
+            })
+        }
+    }
+}
+
+/// Check that `row_bytes` bytes of `ty` are whole blocks holding `n_acts` values.
+pub(crate) fn check_row(ty: GgmlType, row_bytes: usize, n_acts: usize) -> Result<()> {
+    let expected = self::row_bytes(ty, n_acts, "row")?;
+    if expected != row_bytes {
         return Err(ModelError::Length {
             what: format!("bytes of a {ty} row against {n_acts} activations"),
             expected: expected.to_string(),

@@ -83,21 +83,7 @@ impl QLinear {
         data: Vec<u8>,
         bias: Option<Vec<f32>>,
     ) -> Result<Self> {
-        if !ty.can_dequantize() {
-            return Err(ModelError::UnsupportedType {
-                name: "weights of a layer".into(),
-                ty: ty.to_string(),
-            });
-        }
-        let Some(row_bytes) = ty.bytes_for(cols as u64) else {
-            let (per, _) = ty.block().unwrap_or((1, 1));
-            return Err(ModelError::Length {
-                what: format!("columns of a layer of {ty} blocks"),
-                expected: format!("a multiple of {per}"),
-                found: cols,
-            });
-        };
-        let row_bytes = row_bytes as usize;
+        let row_bytes = dispatch::row_bytes(ty, cols, "layer")?;
         let total = rows.checked_mul(row_bytes);
         if total != Some(data.len()) {
             return Err(length(

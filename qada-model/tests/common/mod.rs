@@ -60,3 +60,55 @@ pub fn argmax(v: &[f32]) -> u32 {
         .map(|(i, _)| i as u32)
         .unwrap()
 }
+
+/// A JSON array of numbers as f32.
+pub fn floats(v: &serde_json::Value) -> Vec<f32> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect()
+}
+
+/// Indices of the `k` largest values, largest first.
+pub fn top_k(v: &[f32], k: usize) -> Vec<u32> {
+    let mut idx: Vec<u32> = (0..v.len() as u32).collect();
+    idx.sort_by(|&a, &b| v[b as usize].total_cmp(&v[a as usize]));
+    idx.truncate(k);
+    idx
+}
+
+/// `max_i |ours_i - reference_i| / max(1, max_i |reference_i|)`: the error of a residual-stream
+/// row relative to its largest magnitude.
+pub fn max_relative_error(ours: &[f32], reference: &[f32]) -> f32 {
+    assert_eq!(ours.len(), reference.len());
+    let scale = reference
+        .iter()
+        .fold(0.0f32, |a, v| a.max(v.abs()))
+        .max(1.0);
+    ours.iter()
+        .zip(reference)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max)
+        / scale
+}
+
+/// Every tokenizer case of a shared reference encodes to its ids and decodes to its text, and
+/// every prompt encodes to its ids.
+pub fn check_token_ids(tok: &qada_model::Tokenizer, r: &serde_json::Value) {
+    for case in r["tokenizer_cases"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let got = tok.encode(text).unwrap();
+        assert_eq!(got, ids(&case["ids"]), "case {}", case["name"]);
+        assert_eq!(
+            tok.decode(&got),
+            case["decoded"].as_str().unwrap(),
+            "decode of {}",
+            case["name"]
+        );
+    }
+    for p in r["prompts"].as_array().unwrap() {
+        let got = tok.encode(p["text"].as_str().unwrap()).unwrap();
+        assert_eq!(got, ids(&p["token_ids"]), "prompt {}", p["name"]);
+    }
+}
