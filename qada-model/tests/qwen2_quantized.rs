@@ -4,7 +4,8 @@
 //! prompt's logits pass through the output head's kernel, every decode step through all of
 //! them (decoding multiplies the blocks, prefill dequantizes them).
 //!
-//! Stated bound: every logit within 1e-2 of the f32 weights' (measured: 1.3e-5; the test prints it).
+//! Stated bound: every logit within 1e-2 of the f32 weights' (measured: 1.3e-5; the test
+//! prints it).
 //!
 //! The file is fetched by `bash scripts/setup.sh --model qwen2.5-0.5b`.
 
