@@ -232,7 +232,8 @@ pub(crate) unsafe fn dot_q5_0_f32(row: &[BlockQ5_0], x: &[f32]) -> f32 {
 pub(crate) unsafe fn dot_q4_k_f32(row: &[BlockQ4K], x: &[f32], sums: &[f32]) -> f32 {
     assert!(x.len() >= 256 * row.len() && sums.len() >= 8 * row.len());
     let mask = _mm256_set1_epi32(0x0f);
-    let mut acc = _mm256_setzero_ps();
+    // one accumulator per sub-block parity: two dependency chains
+    let (mut acc1, mut acc2) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let mut mins = 0.0f32;
     for (b, blk) in row.iter().enumerate() {
         let d = f16(blk.d);
@@ -254,12 +255,12 @@ pub(crate) unsafe fn dot_q4_k_f32(row: &[BlockQ4K], x: &[f32], sums: &[f32]) -> 
                 }
                 (s1, s2)
             };
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1), s1, acc);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc2), s2, acc);
+            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1), s1, acc1);
+            acc2 = _mm256_fmadd_ps(_mm256_set1_ps(d * sc2), s2, acc2);
         }
         mins += f16(blk.dmin) * m;
     }
-    hsum(acc) - mins
+    hsum(_mm256_add_ps(acc1, acc2)) - mins
 }
 
 /// Q5_K row against f32 activations: as [`dot_q4_k_f32`], the fifth bit of value `l` of
@@ -272,7 +273,8 @@ pub(crate) unsafe fn dot_q4_k_f32(row: &[BlockQ4K], x: &[f32], sums: &[f32]) -> 
 pub(crate) unsafe fn dot_q5_k_f32(row: &[BlockQ5K], x: &[f32], sums: &[f32]) -> f32 {
     assert!(x.len() >= 256 * row.len() && sums.len() >= 8 * row.len());
     let (mask, bit) = (_mm256_set1_epi32(0x0f), _mm256_set1_epi32(0x10));
-    let mut acc = _mm256_setzero_ps();
+    // one accumulator per sub-block parity: two dependency chains
+    let (mut acc1, mut acc2) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let mut mins = 0.0f32;
     for (b, blk) in row.iter().enumerate() {
         let d = f16(blk.d);
@@ -300,12 +302,12 @@ pub(crate) unsafe fn dot_q5_k_f32(row: &[BlockQ5K], x: &[f32], sums: &[f32]) -> 
                 }
                 (s1, s2)
             };
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1), s1, acc);
-            acc = _mm256_fmadd_ps(_mm256_set1_ps(d * sc2), s2, acc);
+            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1), s1, acc1);
+            acc2 = _mm256_fmadd_ps(_mm256_set1_ps(d * sc2), s2, acc2);
         }
         mins += f16(blk.dmin) * m;
     }
-    hsum(acc) - mins
+    hsum(_mm256_add_ps(acc1, acc2)) - mins
 }
 
 /// Q6_K row against f32 activations: `sum_b d_b sum_t sc_t sum_j (q_j - 32) x_j` over the 16
@@ -326,7 +328,8 @@ pub(crate) unsafe fn dot_q6_k_f32(row: &[BlockQ6K], x: &[f32]) -> f32 {
     );
     let mut acc = _mm256_setzero_ps();
     for (b, blk) in row.iter().enumerate() {
-        let mut sb = _mm256_setzero_ps();
+        // one accumulator per quarter `i`: four dependency chains
+        let mut sb = [_mm256_setzero_ps(); 4];
         for n in 0..2 {
             for half in 0..2 {
                 let mut s = [_mm256_setzero_ps(); 4];
@@ -363,10 +366,11 @@ pub(crate) unsafe fn dot_q6_k_f32(row: &[BlockQ6K], x: &[f32]) -> f32 {
                 }
                 for (i, si) in s.into_iter().enumerate() {
                     let sc = blk.scales[8 * n + half + 2 * i] as f32;
-                    sb = _mm256_fmadd_ps(_mm256_set1_ps(sc), si, sb);
+                    sb[i] = _mm256_fmadd_ps(_mm256_set1_ps(sc), si, sb[i]);
                 }
             }
         }
+        let sb = _mm256_add_ps(_mm256_add_ps(sb[0], sb[1]), _mm256_add_ps(sb[2], sb[3]));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(blk.d)), sb, acc);
     }
     hsum(acc)
