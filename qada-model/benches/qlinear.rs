@@ -1,6 +1,8 @@
-//! The quantized products of decoding: one row (576 columns, SmolLM2's hidden size) and one
-//! whole matrix-vector product (the 1536 x 576 up projection), Q4_1 and Q8_0 weights, with
-//! f32 activations (the default) and int8 activations.
+//! The quantized products of decoding: one row and one whole matrix-vector product.
+//! Q4_1 and Q8_0 with f32 activations (the default) and int8 activations at SmolLM2's shapes
+//! (576 columns, the 1536 x 576 up projection); Q4_0 and Q5_0 with f32 activations at the same
+//! shapes; Q4_K, Q5_K and Q6_K (256-value blocks) with f32 activations at Qwen2.5-0.5B's down
+//! projection (4864 columns, 896 x 4864).
 //!
 //! `cargo bench -p qada-model --bench qlinear`
 
@@ -8,16 +10,30 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use qada_model::qlinear::{dot_row, ActPrecision, Kernels, Q8Acts, QLinear};
 use qada_model::quant::GgmlType;
 
-const COLS: usize = 576;
-const ROWS: usize = 1536;
+/// `(rows, cols)` of the benchmarked matrix for blocks of `ty`.
+fn shape(ty: GgmlType) -> (usize, usize) {
+    match ty {
+        GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => (896, 4864),
+        _ => (1536, 576),
+    }
+}
 
-/// `rows` rows of pseudo-random blocks of type `ty` (valid f16 scales).
-fn blocks(ty: GgmlType, rows: usize) -> Vec<u8> {
+/// Byte offsets of the f16 scales in a block of `ty`.
+fn scale_offsets(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        _ => &[0],
+    }
+}
+
+/// `rows` rows of `cols` pseudo-random values in blocks of type `ty` (finite f16 scales).
+fn blocks(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     let (per, bytes) = ty.block().unwrap();
     let (per, bytes) = (per as usize, bytes as usize);
-    let mut out = Vec::with_capacity(rows * COLS / per * bytes);
+    let mut out = Vec::with_capacity(rows * cols / per * bytes);
     let mut s = 0x9e37_79b9_7f4a_7c15u64;
-    for _ in 0..rows * COLS / per {
+    for _ in 0..rows * cols / per {
         let start = out.len();
         for _ in 0..bytes {
             s ^= s << 13;
@@ -25,31 +41,40 @@ fn blocks(ty: GgmlType, rows: usize) -> Vec<u8> {
             s ^= s << 17;
             out.push(s as u8);
         }
-        let scales = if ty == GgmlType::Q4_1 { 2 } else { 1 };
-        for k in 0..scales {
+        for (k, &at) in scale_offsets(ty).iter().enumerate() {
             let h = half::f16::from_f32(0.01 + 0.001 * k as f32).to_le_bytes();
-            out[start + 2 * k..start + 2 * k + 2].copy_from_slice(&h);
+            out[start + at..start + at + 2].copy_from_slice(&h);
         }
     }
     out
 }
 
 fn products(c: &mut Criterion) {
-    let x: Vec<f32> = (0..COLS).map(|i| (i as f32 * 0.37).sin()).collect();
     let mut group = c.benchmark_group("qlinear");
-    for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
-        let data = blocks(ty, ROWS);
-        let row_bytes = data.len() / ROWS;
-        let layer = QLinear::from_blocks(ROWS, COLS, ty, data.clone(), None).unwrap();
-        for precision in [ActPrecision::F32, ActPrecision::Int8] {
+    let cases = [
+        (GgmlType::Q4_1, &[ActPrecision::F32, ActPrecision::Int8][..]),
+        (GgmlType::Q8_0, &[ActPrecision::F32, ActPrecision::Int8][..]),
+        (GgmlType::Q4_0, &[ActPrecision::F32][..]),
+        (GgmlType::Q5_0, &[ActPrecision::F32][..]),
+        (GgmlType::Q4_K, &[ActPrecision::F32][..]),
+        (GgmlType::Q5_K, &[ActPrecision::F32][..]),
+        (GgmlType::Q6_K, &[ActPrecision::F32][..]),
+    ];
+    for (ty, precisions) in cases {
+        let (rows, cols) = shape(ty);
+        let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.37).sin()).collect();
+        let data = blocks(ty, rows, cols);
+        let row_bytes = data.len() / rows;
+        let layer = QLinear::from_blocks(rows, cols, ty, data.clone(), None).unwrap();
+        for &precision in precisions {
             let mut a = Q8Acts::new(precision);
             a.quantize(&x);
             let name = format!("{ty:?}_{precision:?}");
             group.bench_function(format!("row_{name}"), |b| {
                 b.iter(|| dot_row(ty, black_box(&data[..row_bytes]), &a, Kernels::detect()))
             });
-            let mut y = vec![0.0f32; ROWS];
-            group.bench_function(format!("matvec_1536x576_{name}"), |b| {
+            let mut y = vec![0.0f32; rows];
+            group.bench_function(format!("matvec_{rows}x{cols}_{name}"), |b| {
                 b.iter(|| layer.matvec(black_box(&a), &mut y))
             });
         }

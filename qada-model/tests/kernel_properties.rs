@@ -3,10 +3,12 @@
 //! (a) The AVX2 kernels and the portable ones agree on random blocks with scales over the
 //! whole finite f16 range (subnormal to 65504, either sign) and activations spread over 50
 //! binary orders of magnitude: `|avx2 - portable| <= 1e-5 M`, where
-//! `M = sum_blocks amax(x_block) sum_j (|d q_j| + |m|)` bounds every term either kernel adds
-//! (`q_j` the signed quant, `m` the Q4_1 minimum). Both round in f32 over at most 32 terms per
-//! block and 12 blocks a row, about `44 * 2^-24 M = 2.6e-6 M`; a wrong nibble, sign or scale
-//! moves the result by a sizeable fraction of `M`.
+//! `M = sum_i amax(x_block(i)) |t_i|` and `|t_i|` is the sum of the absolute terms value `i`
+//! is made of (`|d q_i| + |m|` for Q4_1, `|d sc q_i| + |dmin m|` for Q4_K / Q5_K, `|d sc q_i|`
+//! for Q6_K, `|d q_i|` otherwise, `q_i` the signed quant) and bounds every term either kernel
+//! adds. Both round in f32 over at most 32 terms per lane and block (a few more roundings for
+//! the K-quants' scales) and 12 blocks a row, about `50 * 2^-24 M = 3e-6 M`; a wrong nibble,
+//! bit, sign or scale moves the result by a sizeable fraction of `M`.
 //!
 //! (b) Wrong lengths are an error, never a panic: rows that are not whole blocks or do not
 //! match the activations, layers whose data, bias, activations or outputs have another length.
@@ -23,30 +25,40 @@ fn scale() -> impl Strategy<Value = f16> {
         .prop_filter("finite", |h| h.is_finite())
 }
 
-/// One block of `ty` (Q4_0, Q4_1 or Q8_0) from random quant bytes and scales.
-fn block(ty: GgmlType) -> impl Strategy<Value = Vec<u8>> {
-    let quants = match ty {
-        GgmlType::Q8_0 => 32,
-        _ => 16,
-    };
-    (scale(), scale(), prop::collection::vec(any::<u8>(), quants)).prop_map(move |(d, m, qs)| {
-        let mut b = d.to_le_bytes().to_vec();
-        if ty == GgmlType::Q4_1 {
-            b.extend_from_slice(&m.to_le_bytes());
-        }
-        b.extend(qs);
-        b
-    })
+/// Where a block of `ty` keeps its f16 scales (byte offsets).
+fn scale_offsets(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        _ => &[0],
+    }
 }
 
-/// 1 to 12 blocks of `ty`, and activations of the same length: values in (-1, 1) scaled by
-/// `2^e` per 32-block, `e` in -30..20.
+/// One block of `ty` from random bytes, its f16 scales replaced by random finite ones.
+fn block(ty: GgmlType) -> impl Strategy<Value = Vec<u8>> {
+    let bytes = ty.block().unwrap().1 as usize;
+    (
+        prop::collection::vec(scale(), 2),
+        prop::collection::vec(any::<u8>(), bytes),
+    )
+        .prop_map(move |(h, mut b)| {
+            for (&at, h) in scale_offsets(ty).iter().zip(h) {
+                b[at..at + 2].copy_from_slice(&h.to_le_bytes());
+            }
+            b
+        })
+}
+
+/// 1 to 12 blocks of 32 values (1 to 4 of 256) of `ty`, and activations of the same length:
+/// values in (-1, 1) scaled by `2^e` per 32-block, `e` in -30..20.
 fn row_and_x(ty: GgmlType) -> impl Strategy<Value = (Vec<Vec<u8>>, Vec<f32>)> {
-    (1usize..=12).prop_flat_map(move |nb| {
+    let per = ty.block().unwrap().0 as usize;
+    let most = if per == 32 { 12 } else { 4 };
+    (1usize..=most).prop_flat_map(move |nb| {
         (
             prop::collection::vec(block(ty), nb),
-            prop::collection::vec(-1.0f32..1.0, nb * 32),
-            prop::collection::vec(-30i32..20, nb),
+            prop::collection::vec(-1.0f32..1.0, nb * per),
+            prop::collection::vec(-30i32..20, nb * per / 32),
         )
             .prop_map(|(blocks, u, e)| {
                 let x = u
@@ -59,27 +71,100 @@ fn row_and_x(ty: GgmlType) -> impl Strategy<Value = (Vec<Vec<u8>>, Vec<f32>)> {
     })
 }
 
-/// `M`: the sum over blocks of `amax(x_block) sum_j (|d q_j| + |m|)`.
-fn magnitude(ty: GgmlType, blocks: &[Vec<u8>], x: &[f32]) -> f64 {
-    let h = |b: &[u8], i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f64().abs();
-    let mut total = 0.0;
-    for (b, xs) in blocks.iter().zip(x.chunks(32)) {
-        let amax = xs.iter().fold(0.0f64, |a, &v| a.max(v.abs() as f64));
-        let sum_q: f64 = match ty {
-            GgmlType::Q4_0 => b[2..18]
-                .iter()
-                .map(|&q| ((q & 15) as f64 - 8.0).abs() + ((q >> 4) as f64 - 8.0).abs())
-                .sum(),
-            GgmlType::Q4_1 => b[4..20]
-                .iter()
-                .map(|&q| (q & 15) as f64 + (q >> 4) as f64)
-                .sum(),
-            _ => b[2..34].iter().map(|&q| (q as i8 as f64).abs()).sum(),
-        };
-        let m = if ty == GgmlType::Q4_1 { h(b, 2) } else { 0.0 };
-        total += amax * (h(b, 0) * sum_q + 32.0 * m);
+/// The 6-bit scale and min of sub-block `j` of a Q4_K / Q5_K block (ggml's
+/// `get_scale_min_k4`), written out again here so the test does not read the crate's.
+fn k4_scale_min(j: usize, q: &[u8]) -> (f64, f64) {
+    let (s, m) = if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0x0f) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    };
+    (s as f64, m as f64)
+}
+
+/// `|t_i|` for each value `i` of block `b`: the absolute terms its dequantized value is made
+/// of (`|d q|` plus `|m|` or `|dmin m_s|`), in ggml's value order.
+fn abs_terms(ty: GgmlType, b: &[u8]) -> Vec<f64> {
+    let h = |i: usize| f16::from_le_bytes([b[i], b[i + 1]]).to_f64().abs();
+    let nib = |qs: &[u8], j: usize| {
+        if j < 16 {
+            qs[j] & 15
+        } else {
+            qs[j - 16] >> 4
+        }
+    };
+    match ty {
+        GgmlType::Q4_0 => (0..32)
+            .map(|j| h(0) * (nib(&b[2..18], j) as f64 - 8.0).abs())
+            .collect(),
+        GgmlType::Q4_1 => (0..32)
+            .map(|j| h(0) * nib(&b[4..20], j) as f64 + h(2))
+            .collect(),
+        GgmlType::Q5_0 => {
+            let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+            (0..32)
+                .map(|j| {
+                    let q = nib(&b[6..22], j) as u32 | (((qh >> j) & 1) << 4);
+                    h(0) * (q as f64 - 16.0).abs()
+                })
+                .collect()
+        }
+        GgmlType::Q4_K | GgmlType::Q5_K => {
+            let (scales, qh, qs) = if ty == GgmlType::Q4_K {
+                (&b[4..16], None, &b[16..144])
+            } else {
+                (&b[4..16], Some(&b[16..48]), &b[48..176])
+            };
+            (0..256)
+                .map(|i| {
+                    let (g, hi, l) = (i / 64, (i / 32) % 2, i % 32);
+                    let mut q = if hi == 0 {
+                        qs[32 * g + l] & 15
+                    } else {
+                        qs[32 * g + l] >> 4
+                    } as f64;
+                    if let Some(qh) = qh {
+                        q += 16.0 * ((qh[l] >> (2 * g + hi)) & 1) as f64;
+                    }
+                    let (sc, m) = k4_scale_min(2 * g + hi, scales);
+                    h(0) * sc * q + h(2) * m
+                })
+                .collect()
+        }
+        GgmlType::Q6_K => (0..256)
+            .map(|i| {
+                let (n, r) = (i / 128, i % 128);
+                let (quarter, l) = (r / 32, r % 32);
+                let ql = b[64 * n + l + 32 * (quarter % 2)];
+                let low = if quarter < 2 { ql & 15 } else { ql >> 4 };
+                let high = (b[128 + 32 * n + l] >> (2 * quarter)) & 3;
+                let q = (low | (high << 4)) as f64 - 32.0;
+                let sc = b[192 + 8 * n + l / 16 + 2 * quarter] as i8 as f64;
+                h(208) * (sc * q).abs()
+            })
+            .collect(),
+        _ => b[2..34]
+            .iter()
+            .map(|&q| h(0) * (q as i8 as f64).abs())
+            .collect(),
     }
-    total
+}
+
+/// `M`: the sum over the row of `|t_i|` times the largest `|x|` of the 32-block of value `i`.
+fn magnitude(ty: GgmlType, blocks: &[Vec<u8>], x: &[f32]) -> f64 {
+    let amax: Vec<f64> = x
+        .chunks(32)
+        .map(|xs| xs.iter().fold(0.0f64, |a, &v| a.max(v.abs() as f64)))
+        .collect();
+    blocks
+        .iter()
+        .flat_map(|b| abs_terms(ty, b))
+        .enumerate()
+        .map(|(i, t)| t * amax[i / 32])
+        .sum()
 }
 
 /// The AVX2 and portable results of one row, and the tolerance `1e-5 M`.
@@ -115,6 +200,41 @@ proptest! {
     #[test]
     fn q8_0_f32_kernels_agree((blocks, x) in row_and_x(GgmlType::Q8_0)) {
         check_agreement(GgmlType::Q8_0, ActPrecision::F32, &blocks, &x);
+    }
+
+    #[test]
+    fn q4_0_f32_kernels_agree((blocks, x) in row_and_x(GgmlType::Q4_0)) {
+        check_agreement(GgmlType::Q4_0, ActPrecision::F32, &blocks, &x);
+    }
+
+    #[test]
+    fn q5_0_f32_kernels_agree((blocks, x) in row_and_x(GgmlType::Q5_0)) {
+        check_agreement(GgmlType::Q5_0, ActPrecision::F32, &blocks, &x);
+    }
+
+    #[test]
+    fn q4_k_f32_kernels_agree((blocks, x) in row_and_x(GgmlType::Q4_K)) {
+        check_agreement(GgmlType::Q4_K, ActPrecision::F32, &blocks, &x);
+    }
+
+    #[test]
+    fn q5_k_f32_kernels_agree((blocks, x) in row_and_x(GgmlType::Q5_K)) {
+        check_agreement(GgmlType::Q5_K, ActPrecision::F32, &blocks, &x);
+    }
+
+    #[test]
+    fn q6_k_f32_kernels_agree((blocks, x) in row_and_x(GgmlType::Q6_K)) {
+        check_agreement(GgmlType::Q6_K, ActPrecision::F32, &blocks, &x);
+    }
+
+    /// Types without an int8 kernel multiply the f32 activations at Int8 precision too.
+    #[test]
+    fn k_quant_and_q5_0_kernels_agree_at_int8_precision(
+        (ty, (blocks, x)) in prop::sample::select(
+            &[GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K][..]
+        ).prop_flat_map(|ty| (Just(ty), row_and_x(ty)))
+    ) {
+        check_agreement(ty, ActPrecision::Int8, &blocks, &x);
     }
 
     #[test]

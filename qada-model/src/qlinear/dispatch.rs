@@ -110,6 +110,34 @@ pub(crate) fn dot_row_checked(ty: GgmlType, row: &[u8], a: &Q8Acts, k: Kernels) 
             unsafe { super::avx2::dot_q8_0_f32(blocks(row), &a.f) }
         }
         #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q4_0, Kernels::Avx2(_), false) => {
+            // SAFETY: see above: features proven, `f` holds 32 values per block.
+            unsafe { super::avx2::dot_q4_0_f32(blocks(row), &a.f) }
+        }
+        // The types without an int8 kernel multiply the f32 activations at either precision.
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q5_0, Kernels::Avx2(_), _) => {
+            // SAFETY: see above: features proven, `f` holds 32 values per block.
+            unsafe { super::avx2::dot_q5_0_f32(blocks(row), &a.f) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q4_K, Kernels::Avx2(_), _) => {
+            // SAFETY: see above: features proven, `f` holds 256 values per block and `sums`
+            // one sum per 32 of them.
+            unsafe { super::avx2::dot_q4_k_f32(blocks(row), &a.f, &a.sums) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q5_K, Kernels::Avx2(_), _) => {
+            // SAFETY: see above: features proven, `f` holds 256 values per block and `sums`
+            // one sum per 32 of them.
+            unsafe { super::avx2::dot_q5_k_f32(blocks(row), &a.f, &a.sums) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q6_K, Kernels::Avx2(_), _) => {
+            // SAFETY: see above: features proven, `f` holds 256 values per block.
+            unsafe { super::avx2::dot_q6_k_f32(blocks(row), &a.f) }
+        }
+        #[cfg(target_arch = "x86_64")]
         (GgmlType::Q4_1, Kernels::Avx2(_), true) => {
             // SAFETY: see above: features proven, `a` int8 with 32 quants per block.
             unsafe { super::avx2::dot_q4_1(blocks(row), a) }

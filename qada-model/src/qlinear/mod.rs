@@ -2,11 +2,13 @@
 //!
 //! Decoding reads every weight once per token, so the bytes read decide the speed. Rows are
 //! multiplied in their blocks against activations prepared once per product ([`Q8Acts`]).
-//! With f32 activations (the default) Q4_1 and Q8_0 rows have AVX2 kernels; with int8
-//! activations (8 bits per 32-value block) Q4_1, Q4_0 and Q8_0 rows have integer kernels,
-//! per block `d_w d_x sum(q_w q_x)` (plus `m_w d_x sum(q_x)` for Q4_1), AVX2 or portable with
-//! the same integer sums. Every other combination is dequantized block by block into a small
-//! buffer and multiplied in f32. F32 weights use f32 products. The AVX2 kernels run only with
+//! With f32 activations (the default) Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K rows have
+//! AVX2 kernels (quants unpacked to f32 lanes by shifts and masks, FMA with the activations);
+//! with int8 activations (8 bits per 32-value block) Q4_1, Q4_0 and Q8_0 rows have integer
+//! kernels, per block `d_w d_x sum(q_w q_x)` (plus `m_w d_x sum(q_x)` for Q4_1), AVX2 or
+//! portable with the same integer sums, and Q5_0 and the K-quants keep their f32 kernels.
+//! Every other combination is dequantized block by block into a small buffer and multiplied
+//! in f32. F32 weights use f32 products. The AVX2 kernels run only with
 //! a token from CPU detection ([`Kernels::detect`]).
 //!
 //! The integer sums are exact; what differs from the f32 reference is the 8-bit rounding of

@@ -140,7 +140,7 @@ impl Dequantize for BlockQ6K {
 
 /// The 6-bit scale and min of sub-block `j` (0..8) of a K-quant block.
 #[inline]
-fn scale_min_k4(j: usize, q: &[u8; 12]) -> (f32, f32) {
+pub(crate) fn scale_min_k4(j: usize, q: &[u8; 12]) -> (f32, f32) {
     if j < 4 {
         ((q[j] & 63) as f32, (q[j + 4] & 63) as f32)
     } else {
