@@ -161,7 +161,7 @@ pub(crate) unsafe fn dot_q4_0_f32(row: &[BlockQ4_0], x: &[f32]) -> f32 {
     for (b, blk) in row.iter().enumerate() {
         // SAFETY: the 8-byte loads at 8 k, k < 2, stay in the 16 quant bytes; the assert makes
         // `x` hold 32 values per block, so the loads at 32 b + {0, 8, 16, 24} .. + 8 are in it.
-        let s = unsafe {
+        let s = {
             let xb = x.as_ptr().add(QK * b);
             let mut s = _mm256_setzero_ps();
             for k in 0..2 {
@@ -203,7 +203,7 @@ pub(crate) unsafe fn dot_q5_0_f32(row: &[BlockQ5_0], x: &[f32]) -> f32 {
         let qh4 = _mm256_slli_epi32(qh, 4);
         // SAFETY: the 8-byte loads at 8 k, k < 2, stay in the 16 quant bytes; the assert makes
         // `x` hold 32 values per block, so the loads at 32 b + {0, 8, 16, 24} .. + 8 are in it.
-        let s = unsafe {
+        let s = {
             let xb = x.as_ptr().add(QK * b);
             let mut s = _mm256_setzero_ps();
             for (k, &j) in lanes.iter().enumerate() {
@@ -245,7 +245,7 @@ pub(crate) unsafe fn dot_q4_k_f32(row: &[BlockQ4K], x: &[f32], sums: &[f32]) -> 
             // SAFETY: the 8-byte loads at 32 g + 8 k < 128 stay in the 128 quant bytes; the
             // assert makes `x` hold 256 values per block, so the loads at
             // 256 b + 64 g + {0, 32} + 8 k .. + 8 are in it.
-            let (s1, s2) = unsafe {
+            let (s1, s2) = {
                 let xg = x.as_ptr().add(256 * b + 64 * g);
                 let (mut s1, mut s2) = (_mm256_setzero_ps(), _mm256_setzero_ps());
                 for k in 0..4 {
@@ -287,7 +287,7 @@ pub(crate) unsafe fn dot_q5_k_f32(row: &[BlockQ5K], x: &[f32], sums: &[f32]) -> 
             // SAFETY: the 8-byte loads at 32 g + 8 k < 128 stay in the 128 quant bytes and
             // those at 8 k < 32 in the 32 bytes of `qh`; the assert makes `x` hold 256 values
             // per block, so the loads at 256 b + 64 g + {0, 32} + 8 k .. + 8 are in it.
-            let (s1, s2) = unsafe {
+            let (s1, s2) = {
                 let xg = x.as_ptr().add(256 * b + 64 * g);
                 let (mut s1, mut s2) = (_mm256_setzero_ps(), _mm256_setzero_ps());
                 for k in 0..4 {
@@ -339,7 +339,7 @@ pub(crate) unsafe fn dot_q6_k_f32(row: &[BlockQ6K], x: &[f32]) -> f32 {
                     // 128 bytes of `ql` and those at 32 n + l in the 64 bytes of `qh`; the
                     // assert makes `x` hold 256 values per block, so the loads at
                     // 256 b + 128 n + 32 i + l .. + 8 (i < 4) are in it.
-                    unsafe {
+                    {
                         let a = u8x8(blk.ql.as_ptr().add(64 * n + l));
                         let c = u8x8(blk.ql.as_ptr().add(64 * n + 32 + l));
                         let h = u8x8(blk.qh.as_ptr().add(32 * n + l));
