@@ -1,14 +1,15 @@
 //! The cache itself: per (layer, KV head) contiguous keys and values, the bulk moments beside
 //! them, and the core operations (`new`, `append`, `finish_prefill`, borrowing views). Where the
 //! moments come from is in `moments_mode.rs`, checkpoints in `checkpoint.rs`, views in
-//! `views.rs`, element storage in `store.rs`.
+//! `views.rs`, element storage in `store.rs`, what a sliding layer keeps in `span.rs`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use qada_stats::{FactoredMoments, KeyMoments};
 
+use crate::span::{kept_bound, rows_to_drop};
 use crate::store::Store;
-use crate::{HeadView, KvDtype, KvError, LayerView, MomentsMode, Result, WindowConfig};
+use crate::{HeadView, KvDtype, KvError, LayerSpan, LayerView, MomentsMode, Result, WindowConfig};
 
 /// Sizes of a cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,7 +20,8 @@ pub struct CacheShape {
     pub n_kv_heads: usize,
     /// Length `d` of one key or value.
     pub head_dim: usize,
-    /// Most tokens a layer may hold (the model's context length).
+    /// Most tokens a layer may hold (the model's context length); a sliding layer counts
+    /// every position appended, not only the rows it keeps.
     pub capacity: usize,
     /// Element type of stored keys and values.
     pub dtype: KvDtype,
@@ -30,7 +32,7 @@ pub struct CacheShape {
 pub(crate) struct HeadStore {
     pub(crate) keys: Store,
     pub(crate) values: Store,
-    /// Moments of the bulk (or of calibration keys).
+    /// Moments of the bulk (or of calibration keys); empty in a sliding layer.
     pub(crate) bulk: KeyMoments,
     /// Bulk positions `sink .. sink + folded` are in `bulk` (option 1 only).
     pub(crate) folded: usize,
@@ -48,6 +50,10 @@ fn next_cache_id() -> u64 {
 
 /// A KV cache for all layers of a model.
 ///
+/// Each layer has a [`LayerSpan`]: a full layer keeps every row, a sliding layer only the rows
+/// its queries can still see (see [`KvCache::with_spans`]). Layer indices are the model's
+/// either way.
+///
 /// Each cache has an identity ([`KvCache::id`]), unique in the process, that its checkpoints
 /// record: [`KvCache::restore`] refuses a checkpoint of another cache. A clone is another
 /// cache (another session): it starts with the same contents but a new id, because from then
@@ -61,7 +67,12 @@ pub struct KvCache {
     pub(crate) mode: MomentsMode,
     /// Layer-major: `layer * n_kv_heads + kv_head`.
     pub(crate) heads: Vec<HeadStore>,
+    /// Positions appended per layer.
     pub(crate) lens: Vec<usize>,
+    /// What each layer's queries see.
+    pub(crate) spans: Vec<LayerSpan>,
+    /// Position of each layer's first kept row (0 in a full layer).
+    pub(crate) firsts: Vec<usize>,
     /// Set by `finish_prefill`: moments no longer follow the bulk.
     pub(crate) moments_fixed: bool,
     /// Set by `finish_prefill`.
@@ -79,6 +90,8 @@ impl Clone for KvCache {
             mode: self.mode.clone(),
             heads: self.heads.clone(),
             lens: self.lens.clone(),
+            spans: self.spans.clone(),
+            firsts: self.firsts.clone(),
             moments_fixed: self.moments_fixed,
             prefill_done: self.prefill_done,
         }
@@ -86,8 +99,36 @@ impl Clone for KvCache {
 }
 
 impl KvCache {
-    /// An empty cache.
+    /// An empty cache whose layers are all [`LayerSpan::Full`].
     pub fn new(shape: CacheShape, window: WindowConfig, mode: MomentsMode) -> Result<Self> {
+        Self::with_spans(shape, window, mode, vec![LayerSpan::Full; shape.n_layers])
+    }
+
+    /// An empty cache with one [`LayerSpan`] per layer (`spans[layer]`).
+    ///
+    /// A sliding layer (`Sliding(W)`) still counts every position appended ([`KvCache::len`],
+    /// capacity checks), but keeps only the rows of positions `first .. len` its queries can
+    /// still see: after an append of `n` tokens, `first <= len - (n + W - 1)` and at most
+    /// `max(2W, W - 1 + n)` rows are kept. Its views are all window (the last `min(W, len)`
+    /// positions) and it keeps no bulk moments. `W >= capacity` is legal: nothing is dropped.
+    ///
+    /// Errors: [`KvError::SpanCount`] when `spans.len() != shape.n_layers`,
+    /// [`KvError::EmptySlidingWindow`] for a `Sliding(0)`.
+    pub fn with_spans(
+        shape: CacheShape,
+        window: WindowConfig,
+        mode: MomentsMode,
+        spans: Vec<LayerSpan>,
+    ) -> Result<Self> {
+        if spans.len() != shape.n_layers {
+            return Err(KvError::SpanCount {
+                spans: spans.len(),
+                layers: shape.n_layers,
+            });
+        }
+        if let Some(layer) = spans.iter().position(|&s| s == LayerSpan::Sliding(0)) {
+            return Err(KvError::EmptySlidingWindow { layer });
+        }
         if shape.head_dim == 0 {
             return Err(KvError::DimensionMismatch {
                 what: "head dimension",
@@ -109,6 +150,8 @@ impl KvCache {
             mode,
             heads: vec![head; shape.n_layers * shape.n_kv_heads],
             lens: vec![0; shape.n_layers],
+            spans,
+            firsts: vec![0; shape.n_layers],
             moments_fixed: false,
             prefill_done: false,
         };
@@ -136,7 +179,24 @@ impl KvCache {
     pub fn mode(&self) -> &MomentsMode {
         &self.mode
     }
-    /// Tokens cached in `layer`.
+    /// What `layer`'s queries see; [`LayerSpan::Full`] for a layer out of range (as
+    /// [`KvCache::len`] reads 0 there).
+    pub fn span(&self, layer: usize) -> LayerSpan {
+        self.spans.get(layer).copied().unwrap_or_default()
+    }
+    /// Every layer's span, by layer.
+    pub fn spans(&self) -> &[LayerSpan] {
+        &self.spans
+    }
+    /// Bytes of the keys and values the cache holds: every row of a full layer, the kept
+    /// rows of a sliding one (spare allocation not counted).
+    pub fn stored_bytes(&self) -> usize {
+        self.heads
+            .iter()
+            .map(|h| h.keys.bytes() + h.values.bytes())
+            .sum()
+    }
+    /// Positions cached in `layer` (all appended, kept or not).
     pub fn len(&self, layer: usize) -> usize {
         self.lens.get(layer).copied().unwrap_or(0)
     }
@@ -161,13 +221,15 @@ impl KvCache {
         }
         self.id = next_cache_id();
         self.lens.iter_mut().for_each(|l| *l = 0);
+        self.firsts.iter_mut().for_each(|f| *f = 0);
         self.moments_fixed = false;
         self.prefill_done = false;
     }
 
     /// Append tokens to one layer. `keys` and `values` are token-major: each token contributes
     /// `n_kv_heads * head_dim` values, head after head. Bulk moments follow in update mode (and
-    /// in frozen mode until [`KvCache::finish_prefill`]).
+    /// in frozen mode until [`KvCache::finish_prefill`]). A sliding layer first drops the rows
+    /// none of the new queries sees, when keeping them would pass its bound.
     pub fn append(&mut self, layer: usize, keys: &[f32], values: &[f32]) -> Result<()> {
         let CacheShape {
             n_layers,
@@ -209,10 +271,28 @@ impl KvCache {
                 capacity,
             });
         }
+        let first = self.firsts[layer];
+        let (drop, max_rows) = match self.spans[layer] {
+            LayerSpan::Full => (first..first, None),
+            LayerSpan::Sliding(w) => (
+                rows_to_drop(w, first, len, n),
+                Some(kept_bound(w, n).min(capacity)),
+            ),
+        };
         let heads = &mut self.heads[layer * n_kv_heads..(layer + 1) * n_kv_heads];
         for (h, store) in heads.iter_mut().enumerate() {
-            store.keys.reserve(n * d);
-            store.values.reserve(n * d);
+            match max_rows {
+                None => {
+                    store.keys.reserve(n * d);
+                    store.values.reserve(n * d);
+                }
+                Some(rows) => {
+                    store.keys.drop_front(drop.len() * d);
+                    store.values.drop_front(drop.len() * d);
+                    store.keys.reserve_within(n * d, rows * d);
+                    store.values.reserve_within(n * d, rows * d);
+                }
+            }
             for t in 0..n {
                 let at = t * row + h * d;
                 store.keys.extend(&keys[at..at + d]);
@@ -220,6 +300,7 @@ impl KvCache {
             }
         }
         self.lens[layer] = len + n;
+        self.firsts[layer] = drop.end;
         if self.follows_bulk() {
             self.fold_layer(layer)?;
         }

@@ -1,17 +1,27 @@
 //! Checkpoints: a cache state to return to (typically right after prefill, to decode the same
 //! prompt under several criteria). A checkpoint records the identity of the cache that took it
 //! ([`KvCache::id`]) and restores only into that cache.
+//!
+//! A full layer only grows, so its checkpoint is a length to truncate back to. A sliding layer
+//! drops rows as it grows, so its checkpoint also copies the rows it keeps (at most
+//! `max(2W, W - 1 + n)` per head, `n` the last block appended) and restore puts them back.
 
 use qada_stats::{FactoredMoments, KeyMoments};
 
-use crate::{KvCache, KvError, MomentsMode, Result};
+use crate::store::Store;
+use crate::{KvCache, KvError, LayerSpan, MomentsMode, Result};
 
-/// A cache state to return to: lengths and bulk moments (see [`KvCache::checkpoint`]).
+/// A cache state to return to: lengths, bulk moments, and the kept rows of sliding layers
+/// (see [`KvCache::checkpoint`]).
 #[derive(Clone, Debug)]
 pub struct CacheCheckpoint {
     /// [`KvCache::id`] of the cache that took it.
     cache_id: u64,
     lens: Vec<usize>,
+    firsts: Vec<usize>,
+    /// Per (layer, KV head): a copy of a sliding layer's kept keys and values; `None` in a
+    /// full layer.
+    rows: Vec<Option<(Store, Store)>>,
     moments: Vec<(KeyMoments, usize, Option<FactoredMoments>)>,
     mode: MomentsMode,
     moments_fixed: bool,
@@ -26,11 +36,22 @@ impl CacheCheckpoint {
 }
 
 impl KvCache {
-    /// Remember the current lengths and moments.
+    /// Remember the current lengths and moments, and copy the kept rows of sliding layers.
     pub fn checkpoint(&self) -> CacheCheckpoint {
+        let nh = self.shape.n_kv_heads;
         CacheCheckpoint {
             cache_id: self.id,
             lens: self.lens.clone(),
+            firsts: self.firsts.clone(),
+            rows: self
+                .heads
+                .iter()
+                .enumerate()
+                .map(|(i, h)| match self.spans[i / nh] {
+                    LayerSpan::Full => None,
+                    LayerSpan::Sliding(_) => Some((h.keys.clone(), h.values.clone())),
+                })
+                .collect(),
             moments: self
                 .heads
                 .iter()
@@ -43,7 +64,8 @@ impl KvCache {
     }
 
     /// Return to a checkpoint taken earlier in the same sequence: tokens appended since are
-    /// dropped and the moments, mode and prefill state are restored.
+    /// dropped and the moments, mode and prefill state are restored; sliding layers get their
+    /// kept rows back as they were.
     ///
     /// A checkpoint of another cache (another session, a clone, or this cache before
     /// [`KvCache::clear`]) is refused with [`KvError::ForeignCheckpoint`]; one whose lengths
@@ -55,7 +77,10 @@ impl KvCache {
                 cache: self.id,
             });
         }
-        if cp.lens.len() != self.lens.len() || cp.moments.len() != self.heads.len() {
+        if cp.lens.len() != self.lens.len()
+            || cp.moments.len() != self.heads.len()
+            || cp.rows.len() != self.heads.len()
+        {
             return Err(KvError::OutOfRange {
                 what: "checkpoint layers",
                 index: cp.lens.len(),
@@ -73,17 +98,30 @@ impl KvCache {
             }
         }
         let (nh, d) = (self.shape.n_kv_heads, self.shape.head_dim);
-        for (i, (store, (m, folded, factored))) in
-            self.heads.iter_mut().zip(&cp.moments).enumerate()
+        for (i, ((store, (m, folded, factored)), rows)) in self
+            .heads
+            .iter_mut()
+            .zip(&cp.moments)
+            .zip(&cp.rows)
+            .enumerate()
         {
-            let len = cp.lens[i / nh];
-            store.keys.truncate(len * d);
-            store.values.truncate(len * d);
+            match rows {
+                None => {
+                    let len = cp.lens[i / nh];
+                    store.keys.truncate(len * d);
+                    store.values.truncate(len * d);
+                }
+                Some((keys, values)) => {
+                    store.keys.copy_from(keys);
+                    store.values.copy_from(values);
+                }
+            }
             store.bulk.clone_from(m);
             store.folded = *folded;
             store.factored.clone_from(factored);
         }
         self.lens.clone_from(&cp.lens);
+        self.firsts.clone_from(&cp.firsts);
         self.mode = cp.mode.clone();
         self.moments_fixed = cp.moments_fixed;
         self.prefill_done = cp.prefill_done;

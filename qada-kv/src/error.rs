@@ -74,6 +74,28 @@ pub enum KvError {
         cache: u64,
     },
 
+    /// [`KvCache::with_spans`](crate::KvCache::with_spans) needs one span per layer.
+    #[error(
+        "{spans} layer spans given for a cache of {layers} layers: give one LayerSpan per layer \
+         (Full for global attention, Sliding(W) for a sliding window of W tokens)"
+    )]
+    SpanCount {
+        /// Spans given.
+        spans: usize,
+        /// Layers of the cache.
+        layers: usize,
+    },
+
+    /// A sliding layer whose window holds no token.
+    #[error(
+        "layer {layer} has a sliding window of 0 tokens: a sliding layer sees at least the \
+         query's own token (Sliding(W) needs W >= 1)"
+    )]
+    EmptySlidingWindow {
+        /// The layer.
+        layer: usize,
+    },
+
     /// A moment computation or calibration lookup failed.
     #[error(transparent)]
     Stats(#[from] qada_stats::StatsError),

@@ -12,6 +12,16 @@
 //!
 //! All views borrow the cache's storage: no key or value is ever copied to build one.
 //!
+//! # Layer spans
+//!
+//! Every layer has a [`LayerSpan`] ([`KvCache::with_spans`]; [`KvCache::new`] makes them all
+//! `Full`). A `Sliding(W)` layer, like Gemma 3's local layers, serves queries that see only the
+//! last `W` positions, so it keeps only those rows: its length still counts every position
+//! appended, but its storage starts at [`HeadView::first_position`] and stays within
+//! `max(2W, W - 1 + n)` rows (`n` the tokens of the last append), whatever the context length.
+//! It is all window (sink and bulk empty) and keeps no bulk moments; checkpoints copy its kept
+//! rows. Layer indices stay the model's, so calibration tables and reports keep theirs.
+//!
 //! # Example
 //!
 //! A one-layer cache with one KV head of length 2, a sink of 1 token and a local set of 3
@@ -51,6 +61,7 @@ mod cache;
 mod checkpoint;
 mod error;
 mod moments_mode;
+mod span;
 mod store;
 mod views;
 mod window;
@@ -59,6 +70,7 @@ pub use cache::{CacheShape, KvCache};
 pub use checkpoint::CacheCheckpoint;
 pub use error::{KvError, Result};
 pub use moments_mode::{MomentsMode, FACTOR_TOLERANCE};
+pub use span::LayerSpan;
 pub use store::KvDtype;
 pub use views::{HeadView, LayerView, Segment};
 pub use window::{Split, WindowConfig};

@@ -2,12 +2,15 @@
 //! option 1 of the paper kept current (keys fold into the moments as they leave the window) or
 //! frozen at the end of prefill, or option 2 (moments looked up in a calibration table for the
 //! prompt length). Fixed moments are also kept factored ([`FACTOR_TOLERANCE`]).
+//!
+//! Sliding layers ([`LayerSpan::Sliding`]) have no bulk: their moments stay empty in every
+//! mode, whatever a calibration table holds for them.
 
 use std::sync::Arc;
 
 use qada_stats::{FactoredMoments, KeyMoments, MomentTable};
 
-use crate::{KvCache, KvError, Result};
+use crate::{KvCache, KvError, LayerSpan, Result};
 
 /// Share of the covariance trace a factored form may leave out (see [`FactoredMoments`]).
 pub const FACTOR_TOLERANCE: f64 = 1e-3;
@@ -37,8 +40,12 @@ impl KvCache {
         !self.moments_fixed && !matches!(self.mode, MomentsMode::Calibration { .. })
     }
 
-    /// Fold the keys of `layer` that left the window since the last fold into its moments.
+    /// Fold the keys of `layer` that left the window since the last fold into its moments
+    /// (none in a sliding layer: it has no bulk).
     pub(crate) fn fold_layer(&mut self, layer: usize) -> Result<()> {
+        if self.spans[layer] != LayerSpan::Full {
+            return Ok(());
+        }
         let (nh, d) = (self.shape.n_kv_heads, self.shape.head_dim);
         let bulk = self.window.split(self.lens[layer]).bulk;
         for store in &mut self.heads[layer * nh..(layer + 1) * nh] {
@@ -67,17 +74,23 @@ impl KvCache {
     }
 
     /// In calibration mode, take every head's moments from the table's checkpoint for the
-    /// current length; they are fixed from then on.
+    /// current length; they are fixed from then on. Sliding layers keep empty moments (a
+    /// table built from a cache with sliding layers has empty moments there).
     pub(crate) fn apply_calibration(&mut self) -> Result<()> {
         if let MomentsMode::Calibration { table, offset } = &self.mode {
             let checkpoint = table.lookup(self.seq_len(), *offset)?;
             let nh = self.shape.n_kv_heads;
+            let d = self.shape.head_dim;
             for (i, store) in self.heads.iter_mut().enumerate() {
+                store.folded = 0;
+                if self.spans[i / nh] != LayerSpan::Full {
+                    store.bulk = KeyMoments::new(d);
+                    continue;
+                }
                 let m = checkpoint
                     .moments(i / nh, i % nh)
                     .expect("table shape checked at construction");
                 store.bulk.clone_from(m);
-                store.folded = 0;
             }
             self.moments_fixed = true;
         }
@@ -128,7 +141,8 @@ impl KvCache {
         self.refactor()
     }
 
-    /// Refuse a calibration table made for another shape of cache.
+    /// Refuse a calibration table made for another shape of cache. Only the shape counts:
+    /// what the table holds for sliding layers (typically empty moments) is never read.
     pub(crate) fn check_table(&self, table: &MomentTable) -> Result<()> {
         let sig = table.signature();
         let shape = self.shape;

@@ -12,6 +12,16 @@ pub enum KvDtype {
     F16,
 }
 
+impl KvDtype {
+    /// Bytes per stored element.
+    pub fn size(self) -> usize {
+        match self {
+            KvDtype::F32 => 4,
+            KvDtype::F16 => 2,
+        }
+    }
+}
+
 /// Keys or values of one head, in the cache's element type, row after row.
 #[derive(Clone, Debug)]
 pub(crate) enum Store {
@@ -46,6 +56,43 @@ impl Store {
         match self {
             Store::F32(v) => v.reserve(n),
             Store::F16(v) => v.reserve(n),
+        }
+    }
+    /// Room for `n` more elements, growing geometrically as `reserve` does but never past
+    /// `max_total` elements unless `n` itself needs more (a sliding layer's bound).
+    pub(crate) fn reserve_within(&mut self, n: usize, max_total: usize) {
+        fn grow<T>(v: &mut Vec<T>, n: usize, max_total: usize) {
+            let need = v.len() + n;
+            if need > v.capacity() {
+                let target = need.max(v.capacity().saturating_mul(2).min(max_total));
+                v.reserve_exact(target - v.len());
+            }
+        }
+        match self {
+            Store::F32(v) => grow(v, n, max_total),
+            Store::F16(v) => grow(v, n, max_total),
+        }
+    }
+    /// Drop the first `n` elements: one move of the rest to the front.
+    pub(crate) fn drop_front(&mut self, n: usize) {
+        match self {
+            Store::F32(v) => drop(v.drain(..n)),
+            Store::F16(v) => drop(v.drain(..n)),
+        }
+    }
+    /// Become a copy of `src`, reusing the allocation when the element types agree.
+    pub(crate) fn copy_from(&mut self, src: &Store) {
+        match (&mut *self, src) {
+            (Store::F32(a), Store::F32(b)) => a.clone_from(b),
+            (Store::F16(a), Store::F16(b)) => a.clone_from(b),
+            _ => *self = src.clone(),
+        }
+    }
+    /// Bytes the stored elements take (not counting spare capacity).
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            Store::F32(v) => std::mem::size_of_val(v.as_slice()),
+            Store::F16(v) => std::mem::size_of_val(v.as_slice()),
         }
     }
     /// Keep the first `n` elements.

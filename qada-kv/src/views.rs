@@ -1,10 +1,11 @@
 //! Borrowed views of the cache: one layer ([`LayerView`]), one KV head ([`HeadView`]) and its
 //! sink, bulk and window [`Segment`]s. Every view is a sub-slice of the head's contiguous
-//! storage: nothing is copied.
+//! storage: nothing is copied. Positions are the sequence's; a sliding layer's storage starts
+//! at its first kept position ([`HeadView::first_position`]), and segments map one to the other.
 
 use qada_stats::{FactoredMoments, KeyDistribution, KeyMoments, Rows};
 
-use crate::{KvCache, Split, WindowConfig};
+use crate::{KvCache, LayerSpan, Split, WindowConfig};
 
 /// One contiguous run of positions of one head: borrowed keys and values, row-major.
 #[derive(Clone, Copy, Debug)]
@@ -29,10 +30,23 @@ impl<'a> Segment<'a> {
 }
 
 /// Borrowed view of one layer and KV head.
+///
+/// It covers positions `0..len()`, of which the rows of `first_position()..len()` are kept: all
+/// of them in a full layer, the ones its queries can still see in a sliding layer
+/// ([`LayerSpan::Sliding`]). [`HeadView::keys`] and [`HeadView::values`] return the kept rows;
+/// the segments ([`HeadView::sink`], [`HeadView::bulk`], [`HeadView::window`]) are given in
+/// positions and always lie within the kept rows (a sliding layer is all window).
 #[derive(Clone, Copy, Debug)]
 pub struct HeadView<'a> {
+    /// Kept keys: positions `first..len`.
     keys: Rows<'a>,
+    /// Kept values: positions `first..len`.
     values: Rows<'a>,
+    /// Position of the first kept row.
+    first: usize,
+    /// Positions `T`.
+    len: usize,
+    span: LayerSpan,
     dim: usize,
     window: WindowConfig,
     bulk: &'a KeyMoments,
@@ -44,47 +58,61 @@ impl<'a> HeadView<'a> {
     pub fn dim(&self) -> usize {
         self.dim
     }
-    /// Number of cached tokens `T`.
+    /// Number of positions `T` appended, kept or not.
     pub fn len(&self) -> usize {
-        self.keys.n_rows(self.dim)
+        self.len
     }
     /// True when no token is cached.
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.len == 0
     }
-    /// All keys, `T x d`.
+    /// Position of the first kept row: 0 in a full layer, in a sliding layer the oldest
+    /// position a query may still need.
+    pub fn first_position(&self) -> usize {
+        self.first
+    }
+    /// What this layer's queries see.
+    pub fn span(&self) -> LayerSpan {
+        self.span
+    }
+    /// The kept keys, `(T - first_position()) x d`: row `i` is position
+    /// `first_position() + i`. All `T` keys in a full layer.
     pub fn keys(&self) -> Rows<'a> {
         self.keys
     }
-    /// All values, `T x d`.
+    /// The kept values, `(T - first_position()) x d`: row `i` is position
+    /// `first_position() + i`. All `T` values in a full layer.
     pub fn values(&self) -> Rows<'a> {
         self.values
     }
-    /// The sink, bulk and window ranges for the current length.
+    /// The sink, bulk and window position ranges for the current length (a sliding layer's
+    /// sink and bulk are empty and its window is the last `min(W, T)` positions; see
+    /// [`LayerSpan::split`]).
     pub fn split(&self) -> Split {
-        self.window.split(self.len())
+        self.span.split(&self.window, self.len)
     }
     /// Window configuration of the cache.
     pub fn window_config(&self) -> WindowConfig {
         self.window
     }
+    /// Positions `r` (within `first..len`), as kept rows.
     fn segment(&self, r: std::ops::Range<usize>) -> Segment<'a> {
-        let d = self.dim;
+        let (d, f) = (self.dim, self.first);
         Segment {
             start: r.start,
-            keys: self.keys.slice(r.start, r.end, d),
-            values: self.values.slice(r.start, r.end, d),
+            keys: self.keys.slice(r.start - f, r.end - f, d),
+            values: self.values.slice(r.start - f, r.end - f, d),
         }
     }
-    /// The first `T_sink` tokens.
+    /// The first `T_sink` tokens (none in a sliding layer).
     pub fn sink(&self) -> Segment<'a> {
         self.segment(self.split().sink)
     }
-    /// The most recent `T_local - T_sink` tokens.
+    /// The most recent `T_local - T_sink` tokens (`W` in a sliding layer).
     pub fn window(&self) -> Segment<'a> {
         self.segment(self.split().window)
     }
-    /// Everything between sink and window.
+    /// Everything between sink and window (none in a sliding layer).
     pub fn bulk(&self) -> Segment<'a> {
         self.segment(self.split().bulk)
     }
@@ -134,6 +162,9 @@ impl<'a> LayerView<'a> {
         HeadView {
             keys: s.keys.rows(),
             values: s.values.rows(),
+            first: c.firsts[self.layer],
+            len: c.lens[self.layer],
+            span: c.spans[self.layer],
             dim: shape.head_dim,
             window: c.window,
             bulk: &s.bulk,
