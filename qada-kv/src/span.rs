@@ -53,7 +53,7 @@ impl LayerSpan {
     }
 }
 
-/// Most rows a sliding layer of window `w` keeps right after an append of `n` rows:
+/// Most rows a sliding layer of window `w >= 1` keeps right after an append of `n` rows:
 /// `max(2W, W - 1 + n)`.
 pub(crate) fn kept_bound(w: usize, n: usize) -> usize {
     w.saturating_mul(2).max((w - 1).saturating_add(n))
