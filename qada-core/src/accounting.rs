@@ -4,6 +4,10 @@
 //! head costs `4 |I| d` plus the criterion's decision cost. A KV head's keys and values
 //! (`2 T d` elements) are read in full if any query head of its GQA group is long-context,
 //! otherwise only the local `2 |I| d`.
+//!
+//! Sliding-window layers (Gemma 3's local layers) read their last `W` keys by construction:
+//! no criterion decides there. Their reads are counted apart
+//! ([`Accounting::sliding_kv_bytes`]), never in the ratios the criterion is judged by.
 
 use ndarray::Array2;
 
@@ -34,6 +38,10 @@ pub struct Accounting {
     pub kv_bytes: f64,
     /// Bytes of K/V dense attention would have read.
     pub dense_kv_bytes: f64,
+    /// Bytes of K/V read by sliding-window layers (not in `kv_bytes` or `dense_kv_bytes`).
+    pub sliding_kv_bytes: f64,
+    /// Layer-steps recorded as sliding-window layers.
+    pub sliding_layer_steps: u64,
 }
 
 impl Accounting {
@@ -47,7 +55,22 @@ impl Accounting {
             dense_flops: 0.0,
             kv_bytes: 0.0,
             dense_kv_bytes: 0.0,
+            sliding_kv_bytes: 0.0,
+            sliding_layer_steps: 0,
         }
+    }
+
+    /// Record one step of a sliding-window layer: `window_len` positions read by each of
+    /// `n_kv_heads` KV heads of dimension `d`. Counted apart: no decision, no savings.
+    pub fn record_sliding_layer(
+        &mut self,
+        window_len: usize,
+        d: usize,
+        n_kv_heads: usize,
+        bytes_per_value: usize,
+    ) {
+        self.sliding_kv_bytes += (window_len * 2 * d * n_kv_heads.max(1) * bytes_per_value) as f64;
+        self.sliding_layer_steps += 1;
     }
 
     /// Record the decisions of one layer at one step.
@@ -177,6 +200,8 @@ impl Accounting {
         self.dense_flops += other.dense_flops;
         self.kv_bytes += other.kv_bytes;
         self.dense_kv_bytes += other.dense_kv_bytes;
+        self.sliding_kv_bytes += other.sliding_kv_bytes;
+        self.sliding_layer_steps += other.sliding_layer_steps;
     }
 }
 
@@ -191,6 +216,20 @@ fn ratio(a: u64, b: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sliding_layers_are_counted_apart_from_the_criterion_ratios() {
+        let mut acc = Accounting::new(2, 2);
+        acc.record_layer(1, &[Decision::LOCAL, Decision::LOCAL], 100, 10, 8, 1, 2, 0);
+        let (ratio, sparsity) = (acc.kv_bytes_ratio(), acc.sparsity());
+        acc.record_sliding_layer(50, 8, 1, 2);
+        assert_eq!(acc.sliding_kv_bytes, (50 * 2 * 8 * 2) as f64);
+        assert_eq!(acc.sliding_layer_steps, 1);
+        assert_eq!((acc.kv_bytes_ratio(), acc.sparsity()), (ratio, sparsity));
+        let mut merged = Accounting::new(2, 2);
+        merged.merge(&acc);
+        assert_eq!(merged, acc);
+    }
 
     #[test]
     fn sparsity_per_head_is_local_over_decisions_per_layer_and_head() {

@@ -1,59 +1,36 @@
-//! Hyper-parameters read from GGUF metadata, keyed by the file's own architecture name.
+//! Hyper-parameters read from GGUF metadata, keyed by the file's own architecture name, and
+//! the per-layer description the transformer block follows.
 
+use qada_kv::LayerSpan;
 use qada_stats::ModelSignature;
 
-use crate::gguf::GgufFile;
+use crate::family::{Family, QueryScale};
+use crate::gguf::{GgufFile, Value};
 use crate::{ModelError, Result};
 
-/// Model families this build implements. The architecture is a value read from the file:
-/// everything that differs between families is a field here, not a code path elsewhere.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Architecture {
-    /// `llama` (Llama 2/3, SmolLM, Mistral-style): RoPE on interleaved pairs, no biases.
-    Llama,
-    /// `qwen2`: RoPE on the two halves (NeoX style), biases on Q, K, V.
-    Qwen2,
+/// What one layer does differently from the others.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LayerSpec {
+    /// Whole context, or the last `W` tokens (Gemma 3's local layers).
+    pub span: LayerSpan,
+    /// RoPE base of a sliding layer; `None`: the model's (global) base, which a load option
+    /// may override.
+    pub local_rope_base: Option<f64>,
 }
 
-/// How RoPE pairs the dimensions of a head.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RopeStyle {
-    /// Pairs `(2i, 2i + 1)`: GGUF llama files (the converter permutes Q and K to this).
-    Interleaved,
-    /// Pairs `(i, i + n/2)`: NeoX, Qwen2.
-    Halves,
-}
-
-impl Architecture {
-    /// Parse `general.architecture`.
-    pub fn from_name(name: &str) -> Result<Self> {
-        match name {
-            "llama" => Ok(Architecture::Llama),
-            "qwen2" => Ok(Architecture::Qwen2),
-            other => Err(ModelError::UnsupportedArchitecture(other.into())),
-        }
-    }
-    /// The name used as metadata key prefix.
-    pub fn name(self) -> &'static str {
-        match self {
-            Architecture::Llama => "llama",
-            Architecture::Qwen2 => "qwen2",
-        }
-    }
-    /// RoPE pairing.
-    pub fn rope_style(self) -> RopeStyle {
-        match self {
-            Architecture::Llama => RopeStyle::Interleaved,
-            Architecture::Qwen2 => RopeStyle::Halves,
-        }
+impl LayerSpec {
+    /// True for a layer whose queries see the whole context: the layers the criterion
+    /// decides on.
+    pub fn is_global(&self) -> bool {
+        self.span == LayerSpan::Full
     }
 }
 
 /// Hyper-parameters of a decoder.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
-    /// Family.
-    pub architecture: Architecture,
+    /// Family: the row of [`crate::family::FAMILIES`] named by `general.architecture`.
+    pub family: &'static Family,
     /// Layers.
     pub n_layers: usize,
     /// Residual width.
@@ -64,18 +41,28 @@ pub struct ModelConfig {
     pub n_heads: usize,
     /// KV heads (GQA groups).
     pub n_kv_heads: usize,
-    /// Head dimension `d`.
+    /// Head dimension `d`: `{arch}.attention.key_length`, else `n_embd / n_heads`.
     pub head_dim: usize,
     /// Dimensions rotated by RoPE (the first `rope_dim` of each head).
     pub rope_dim: usize,
-    /// RoPE frequency base.
+    /// RoPE frequency base of the global layers.
     pub rope_base: f64,
+    /// Linear RoPE scaling of the global layers: positions divided by this (1: none).
+    pub rope_linear_factor: f64,
     /// RMSNorm epsilon.
     pub rms_eps: f32,
     /// Longest context the model was trained for.
     pub context_length: usize,
     /// Vocabulary size.
     pub vocab_size: usize,
+    /// Tokens a sliding layer sees (`{arch}.attention.sliding_window`), when it has any.
+    pub sliding_window: Option<usize>,
+    /// Factor on `q . k` before the softmax.
+    pub attention_scale: f32,
+    /// Factor on token embeddings before the first layer (1 for most families).
+    pub embedding_scale: f32,
+    /// One entry per layer.
+    pub layers: Vec<LayerSpec>,
 }
 
 const MAX_DIM: u64 = 1 << 20;
@@ -89,36 +76,72 @@ fn bad(key: String, found: impl std::fmt::Display, must: String) -> ModelError {
     }
 }
 
+/// Metadata of one file under one family's key prefix.
+struct Meta<'f> {
+    f: &'f GgufFile,
+    arch: &'static str,
+}
+
+impl Meta<'_> {
+    fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
+    }
+    fn has(&self, k: &str) -> bool {
+        self.f.get(&self.key(k)).is_some()
+    }
+    /// A size in `1..=MAX_DIM`.
+    fn dim(&self, k: &str) -> Result<usize> {
+        let key = self.key(k);
+        let v = self.f.get_u64(&key)?;
+        if v == 0 || v > MAX_DIM {
+            return Err(bad(key, v, format!("must be in 1..={MAX_DIM}")));
+        }
+        Ok(v as usize)
+    }
+    fn dim_or(&self, k: &str, default: usize) -> Result<usize> {
+        if self.has(k) {
+            self.dim(k)
+        } else {
+            Ok(default)
+        }
+    }
+    /// A finite number above `min`, or `default` when absent.
+    fn number_or(&self, k: &str, default: f64, min: f64) -> Result<f64> {
+        if !self.has(k) {
+            return Ok(default);
+        }
+        let key = self.key(k);
+        let v = self.f.get_f64(&key)?;
+        if !(v.is_finite() && v > min) {
+            return Err(bad(key, v, format!("must be a finite number above {min}")));
+        }
+        Ok(v)
+    }
+}
+
 impl ModelConfig {
     /// Read every hyper-parameter from the file.
     ///
     /// # Errors
-    /// [`ModelError::BadMetadata`] naming the key (both keys when two disagree) for a value no
-    /// decoder can have; missing keys and wrong types as [`GgufFile`] reports them.
+    /// [`ModelError::UnsupportedArchitecture`] for a family not in
+    /// [`crate::family::FAMILIES`]; [`ModelError::BadMetadata`] naming the key (both keys when
+    /// two disagree) for a value no decoder can have, and for RoPE scaling this build does not
+    /// implement; missing keys and wrong types as [`GgufFile`] reports them.
     pub fn from_gguf(f: &GgufFile) -> Result<Self> {
-        let architecture = Architecture::from_name(f.get_str("general.architecture")?)?;
-        let a = architecture.name();
-        let get = |k: &str| -> Result<usize> {
-            let key = format!("{a}.{k}");
-            let v = f.get_u64(&key)?;
-            if v == 0 || v > MAX_DIM {
-                return Err(bad(key, v, format!("must be in 1..={MAX_DIM}")));
-            }
-            Ok(v as usize)
+        let arch = f.get_str("general.architecture")?;
+        let family = Family::by_name(arch).ok_or_else(|| ModelError::UnsupportedArchitecture {
+            name: arch.into(),
+            supported: Family::names(),
+        })?;
+        let m = Meta {
+            f,
+            arch: family.name,
         };
-        let n_embd = get("embedding_length")?;
-        let n_heads = get("attention.head_count")?;
-        let n_kv_heads = match f.get(&format!("{a}.attention.head_count_kv")) {
-            Some(_) => get("attention.head_count_kv")?,
-            None => n_heads,
-        };
-        if n_embd % n_heads != 0 {
-            return Err(bad(
-                format!("{a}.embedding_length and {a}.attention.head_count"),
-                format!("{n_embd} and {n_heads}"),
-                "the width must be a multiple of the head count".into(),
-            ));
-        }
+        let a = family.name;
+        let n_layers = m.dim("block_count")?;
+        let n_embd = m.dim("embedding_length")?;
+        let n_heads = m.dim("attention.head_count")?;
+        let n_kv_heads = m.dim_or("attention.head_count_kv", n_heads)?;
         if n_heads % n_kv_heads != 0 {
             return Err(bad(
                 format!("{a}.attention.head_count and {a}.attention.head_count_kv"),
@@ -126,11 +149,36 @@ impl ModelConfig {
                 "the head count must be a multiple of the KV head count".into(),
             ));
         }
-        let head_dim = n_embd / n_heads;
-        let rope_dim = match f.get(&format!("{a}.rope.dimension_count")) {
-            Some(_) => get("rope.dimension_count")?,
-            None => head_dim,
+        let head_dim = if m.has("attention.key_length") {
+            m.dim("attention.key_length")?
+        } else {
+            if n_embd % n_heads != 0 {
+                return Err(bad(
+                    format!("{a}.embedding_length and {a}.attention.head_count"),
+                    format!("{n_embd} and {n_heads}"),
+                    "without attention.key_length the width must be a multiple of the head \
+                     count"
+                        .into(),
+                ));
+            }
+            n_embd / n_heads
         };
+        if (n_heads * head_dim) as u64 > MAX_DIM {
+            return Err(bad(
+                format!("{a}.attention.head_count and the head dimension"),
+                format!("{n_heads} x {head_dim}"),
+                format!("query width must be at most {MAX_DIM}"),
+            ));
+        }
+        let value_length = m.dim_or("attention.value_length", head_dim)?;
+        if value_length != head_dim {
+            return Err(bad(
+                format!("{a}.attention.value_length"),
+                value_length,
+                format!("must equal the key length {head_dim} (qada caches keys and values of one width)"),
+            ));
+        }
+        let rope_dim = m.dim_or("rope.dimension_count", head_dim)?;
         if rope_dim > head_dim || rope_dim % 2 != 0 {
             return Err(bad(
                 format!("{a}.rope.dimension_count"),
@@ -138,18 +186,9 @@ impl ModelConfig {
                 format!("must be even and at most the head dimension {head_dim}"),
             ));
         }
-        let rope_base = match f.get(&format!("{a}.rope.freq_base")) {
-            Some(_) => f.get_f64(&format!("{a}.rope.freq_base"))?,
-            None => 10_000.0,
-        };
-        if !(rope_base.is_finite() && rope_base > 1.0) {
-            return Err(bad(
-                format!("{a}.rope.freq_base"),
-                rope_base,
-                "must be a finite number above 1".into(),
-            ));
-        }
-        let eps_key = format!("{a}.attention.layer_norm_rms_epsilon");
+        let rope_base = m.number_or("rope.freq_base", 10_000.0, 1.0)?;
+        let rope_linear_factor = rope_scaling(&m)?;
+        let eps_key = m.key("attention.layer_norm_rms_epsilon");
         let rms_eps = f.get_f64(&eps_key)? as f32;
         if !(rms_eps.is_finite() && rms_eps > 0.0) {
             return Err(bad(
@@ -158,34 +197,166 @@ impl ModelConfig {
                 "must be a finite number above 0".into(),
             ));
         }
-        let vocab_size = match f.get(&format!("{a}.vocab_size")) {
-            Some(_) => get("vocab_size")?,
-            None => f.get_array("tokenizer.ggml.tokens")?.len(),
+        let vocab_size = match m.has("vocab_size") {
+            true => m.dim("vocab_size")?,
+            false => f.get_array("tokenizer.ggml.tokens")?.len(),
+        };
+        let context_length = m.dim("context_length")?;
+        let (sliding_window, layers) = layer_specs(&m, n_layers, context_length)?;
+        let attention_scale = match family.query_scale {
+            QueryScale::InvSqrtHeadDim => 1.0 / (head_dim as f32).sqrt(),
+            QueryScale::Gemma3 if n_layers == 62 => 1.0 / ((n_embd / n_heads) as f32).sqrt(),
+            QueryScale::Gemma3 => 1.0 / (head_dim as f32).sqrt(),
         };
         Ok(ModelConfig {
-            architecture,
-            n_layers: get("block_count")?,
+            family,
+            n_layers,
             n_embd,
-            n_ff: get("feed_forward_length")?,
+            n_ff: m.dim("feed_forward_length")?,
             n_heads,
             n_kv_heads,
             head_dim,
             rope_dim,
             rope_base,
+            rope_linear_factor,
             rms_eps,
-            context_length: get("context_length")?,
+            context_length,
             vocab_size,
+            sliding_window,
+            attention_scale,
+            embedding_scale: if family.scale_embedding {
+                (n_embd as f32).sqrt()
+            } else {
+                1.0
+            },
+            layers,
         })
+    }
+
+    /// Indices of the layers whose queries see the whole context.
+    pub fn global_layers(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.n_layers).filter(|&l| self.layers[l].is_global())
+    }
+
+    /// Every layer's span, as the cache takes them.
+    pub fn spans(&self) -> Vec<LayerSpan> {
+        self.layers.iter().map(|l| l.span).collect()
     }
 
     /// What a calibration file must match, with the RoPE base in use.
     pub fn signature(&self, rope_base: f64) -> ModelSignature {
         ModelSignature {
-            architecture: self.architecture.name().into(),
+            architecture: self.family.name.into(),
             n_layers: self.n_layers as u32,
             n_kv_heads: self.n_kv_heads as u32,
             head_dim: self.head_dim as u32,
             rope_base,
         }
     }
+}
+
+/// `{arch}.rope.scaling.type` and its factor: linear scaling is implemented (positions
+/// divided by the factor); any other type is refused, never ignored.
+fn rope_scaling(m: &Meta<'_>) -> Result<f64> {
+    let kind = match m.has("rope.scaling.type") {
+        true => m.f.get_str(&m.key("rope.scaling.type"))?.to_string(),
+        false if m.has("rope.scale_linear") => "linear".into(),
+        false => "none".into(),
+    };
+    match kind.as_str() {
+        "none" => Ok(1.0),
+        "linear" => {
+            let key = if m.has("rope.scaling.factor") {
+                "rope.scaling.factor"
+            } else {
+                "rope.scale_linear"
+            };
+            m.number_or(key, 1.0, 0.0)
+        }
+        other => Err(bad(
+            m.key("rope.scaling.type"),
+            format!("{other:?}"),
+            "RoPE scaling other than \"linear\" is not implemented; running without it would \
+             give wrong results past the original context"
+                .into(),
+        )),
+    }
+}
+
+/// The per-layer description: spans from `{arch}.attention.sliding_window` and the family's
+/// pattern (or the file's `{arch}.attention.sliding_window_pattern`), RoPE bases of the
+/// sliding layers.
+fn layer_specs(
+    m: &Meta<'_>,
+    n_layers: usize,
+    context_length: usize,
+) -> Result<(Option<usize>, Vec<LayerSpec>)> {
+    let global = LayerSpec {
+        span: LayerSpan::Full,
+        local_rope_base: None,
+    };
+    if !m.has("attention.sliding_window") {
+        return Ok((None, vec![global; n_layers]));
+    }
+    let Some(family) = Family::by_name(m.arch).and_then(|f| f.sliding) else {
+        return Err(bad(
+            m.key("attention.sliding_window"),
+            "present",
+            format!(
+                "the {} family has no sliding-window layers in this build",
+                m.arch
+            ),
+        ));
+    };
+    let key = m.key("attention.sliding_window");
+    let window = m.dim("attention.sliding_window")?;
+    if window > context_length {
+        return Err(bad(
+            key,
+            window,
+            format!("must be at most the context length {context_length}"),
+        ));
+    }
+    let local_base = m.number_or("rope.freq_base_swa", family.local_rope_base, 1.0)?;
+    let pattern_key = m.key("attention.sliding_window_pattern");
+    let sliding_layer: Vec<bool> = match m.f.get(&pattern_key) {
+        None => (0..n_layers)
+            .map(|l| (l + 1) % family.global_every != 0)
+            .collect(),
+        Some(Value::Array(_, items)) => {
+            if items.len() != n_layers {
+                return Err(bad(
+                    pattern_key,
+                    format!("{} entries", items.len()),
+                    format!("must have one entry per layer ({n_layers})"),
+                ));
+            }
+            items
+                .iter()
+                .map(|v| match v {
+                    Value::Bool(b) => Ok(*b),
+                    other => Err(bad(
+                        pattern_key.clone(),
+                        format!("{other:?}"),
+                        "entries must be booleans (true: sliding layer)".into(),
+                    )),
+                })
+                .collect::<Result<_>>()?
+        }
+        Some(_) => {
+            let every = m.dim("attention.sliding_window_pattern")?;
+            (0..n_layers).map(|l| (l + 1) % every != 0).collect()
+        }
+    };
+    let layers = sliding_layer
+        .into_iter()
+        .map(|s| match s {
+            true => LayerSpec {
+                span: LayerSpan::Sliding(window),
+                local_rope_base: Some(local_base),
+            },
+            false => global,
+        })
+        .collect();
+    Ok((Some(window), layers))
 }

@@ -111,8 +111,13 @@ pub enum ModelError {
     },
 
     /// An architecture this build does not implement.
-    #[error("unsupported architecture {0:?} (supported: llama, qwen2)")]
-    UnsupportedArchitecture(String),
+    #[error("unsupported architecture {name:?} (this build runs: {supported})")]
+    UnsupportedArchitecture {
+        /// `general.architecture` of the file.
+        name: String,
+        /// The families this build runs.
+        supported: String,
+    },
 
     /// A tensor holds NaN or infinite values.
     #[error("tensor {name:?} holds a non-finite value at element {index}")]

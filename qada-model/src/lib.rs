@@ -1,4 +1,5 @@
-//! A real model for QAdA: GGUF files, their tokenizer, and a Llama-family transformer whose
+//! A real model for QAdA: GGUF files, their tokenizer, and a transformer (Llama, Qwen2 and
+//! Gemma 3 are values of [`Family`]) whose
 //! decoding steps go through a qada-core locality criterion over a qada-kv cache.
 //!
 //! - [`gguf`] reads (and, for tests, writes) GGUF files; [`quant`] knows ggml's block layouts
@@ -56,10 +57,13 @@ pub mod quant;
 
 pub use error::{ModelError, Result};
 pub mod config;
+pub mod family;
 pub mod tokenizer;
 
-pub use config::{Architecture, ModelConfig, RopeStyle};
+pub use config::{LayerSpec, ModelConfig};
+pub use family::{Activation, Family, RopeStyle, FAMILIES};
 pub use tokenizer::{ChatTemplate, StreamDecoder, Tokenizer};
+mod block;
 pub mod model;
 pub mod ops;
 pub mod session;

@@ -1,8 +1,9 @@
-//! The Llama-family transformer as GGUF stores it, with f32 weights.
+//! The weights of a decoder as GGUF stores them, for every family of [`crate::family`].
 //!
-//! Per layer: `x += Wo attn(rope(Wq n(x)), rope(Wk n(x)), Wv n(x))`, then
-//! `x += Wd (silu(Wg n(x)) * Wu n(x))`, with `n` the layer's RMSNorm. The token embedding
-//! doubles as the output head when `output.weight` is absent.
+//! Which tensors a layer has follows the family's row: QK-norm and post-norms are required
+//! where the family has them; biases are taken wherever the file has them. The token
+//! embedding doubles as the output head when `output.weight` is absent. The forward pass is
+//! in `block.rs`.
 
 use std::path::Path;
 
@@ -10,6 +11,7 @@ use qada_stats::ModelSignature;
 
 use crate::config::ModelConfig;
 use crate::gguf::GgufFile;
+use crate::ops::Rope;
 use crate::qlinear::QLinear;
 use crate::tokenizer::Tokenizer;
 use crate::{ModelError, Result};
@@ -26,6 +28,14 @@ pub struct Block {
     pub(crate) gate: QLinear,
     pub(crate) up: QLinear,
     pub(crate) down: QLinear,
+    /// Per-head RMSNorm of queries (`head_dim` weights), QK-norm families only.
+    pub(crate) q_norm: Option<Vec<f32>>,
+    /// Per-head RMSNorm of keys.
+    pub(crate) k_norm: Option<Vec<f32>>,
+    /// RMSNorm of the attention output before the residual add (post-norm families).
+    pub(crate) post_attn_norm: Option<Vec<f32>>,
+    /// RMSNorm of the feed-forward output before the residual add.
+    pub(crate) post_ffn_norm: Option<Vec<f32>>,
 }
 
 /// A loaded model: configuration, tokenizer and weights.
@@ -42,7 +52,7 @@ pub struct Model {
     pub output_norm: Vec<f32>,
     /// Output head; `None` when tied to the embedding.
     pub output: Option<QLinear>,
-    /// RoPE base in use (the file's, or an override).
+    /// RoPE base of the global layers in use (the file's, or an override).
     pub rope_base: f64,
     /// How activations enter quantized products.
     pub activations: crate::qlinear::ActPrecision,
@@ -152,10 +162,7 @@ impl Model {
         let c = &config;
         if tokenizer.vocab_size() != c.vocab_size {
             return Err(ModelError::BadMetadata {
-                key: format!(
-                    "{}.vocab_size and tokenizer.ggml.tokens",
-                    c.architecture.name()
-                ),
+                key: format!("{}.vocab_size and tokenizer.ggml.tokens", c.family.name),
                 found: format!("{} and {} tokens", c.vocab_size, tokenizer.vocab_size()),
                 reason: "the model and its tokenizer must have the same vocabulary (the file is damaged)"
                     .into(),
@@ -164,10 +171,19 @@ impl Model {
         let fmt = opts.weights;
         let embedding = matrix(f, "token_embd.weight", c.vocab_size, c.n_embd, fmt, None)?;
         let kv = c.n_kv_heads * c.head_dim;
+        let fam = c.family;
         let mut blocks = Vec::with_capacity(c.n_layers);
         for l in 0..c.n_layers {
             let p = format!("blk.{l}");
+            let norm = |name: &str, len: usize, has: bool| -> Result<Option<Vec<f32>>> {
+                has.then(|| vector(f, &format!("{p}.{name}.weight"), len))
+                    .transpose()
+            };
             blocks.push(Block {
+                q_norm: norm("attn_q_norm", c.head_dim, fam.qk_norm)?,
+                k_norm: norm("attn_k_norm", c.head_dim, fam.qk_norm)?,
+                post_attn_norm: norm("post_attention_norm", c.n_embd, fam.post_norms)?,
+                post_ffn_norm: norm("post_ffw_norm", c.n_embd, fam.post_norms)?,
                 attn_norm: vector(f, &format!("{p}.attn_norm.weight"), c.n_embd)?,
                 q: linear(
                     f,
@@ -214,6 +230,23 @@ impl Model {
         })
     }
 
+    /// RoPE of layer `l`: a sliding layer's own base, else the global base in use with the
+    /// file's linear scaling.
+    pub fn rope(&self, l: usize) -> Rope {
+        let c = &self.config;
+        let local = c.layers.get(l).and_then(|s| s.local_rope_base);
+        Rope {
+            base: local.unwrap_or(self.rope_base),
+            dim: c.rope_dim,
+            factor: if local.is_some() {
+                1.0
+            } else {
+                c.rope_linear_factor
+            },
+            style: c.family.rope_style,
+        }
+    }
+
     /// What calibration files made for this model must match.
     pub fn signature(&self) -> ModelSignature {
         self.config.signature(self.rope_base)
@@ -241,7 +274,7 @@ impl Model {
             + self.embedding.weight_bytes() / self.config.vocab_size
     }
 
-    /// Embedding row of a token.
+    /// Embedding row of a token, times the family's embedding scale.
     pub fn embed(&self, token: u32, out: &mut [f32]) -> Result<()> {
         let t = token as usize;
         if t >= self.config.vocab_size {
@@ -250,6 +283,11 @@ impl Model {
                 self.config.vocab_size
             )));
         }
-        self.embedding.row_f32(t, out)
+        self.embedding.row_f32(t, out)?;
+        let s = self.config.embedding_scale;
+        if s != 1.0 {
+            out.iter_mut().for_each(|v| *v *= s);
+        }
+        Ok(())
     }
 }

@@ -1,8 +1,8 @@
-//! Dense math of the transformer: RMSNorm, RoPE, SwiGLU, matrix products.
+//! Dense math of the transformer: RMSNorm, RoPE, gated activations, matrix products.
 
 use rayon::prelude::*;
 
-use crate::config::RopeStyle;
+use crate::family::{Activation, RopeStyle};
 
 /// `y = x / sqrt(mean(x^2) + eps) * w` (sum of squares in f64).
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
@@ -10,6 +10,42 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
     let inv = (1.0 / (ss / x.len() as f64 + eps as f64).sqrt()) as f32;
     for ((o, &xi), &wi) in y.iter_mut().zip(x).zip(w) {
         *o = xi * inv * wi;
+    }
+}
+
+/// [`rms_norm`] in place.
+pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
+    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    let inv = (1.0 / (ss / x.len() as f64 + eps as f64).sqrt()) as f32;
+    for (o, &wi) in x.iter_mut().zip(w) {
+        *o = *o * inv * wi;
+    }
+}
+
+/// RoPE of one layer: pair `j` of a head turns by `theta_j(pos) = (pos / factor) *
+/// base^(-2j / dim)`; `factor` is linear RoPE scaling (1: none).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Rope {
+    /// Frequency base.
+    pub base: f64,
+    /// Rotated dimensions per head (the leading ones).
+    pub dim: usize,
+    /// Linear scaling: positions divided by it.
+    pub factor: f64,
+    /// How dimensions are paired.
+    pub style: RopeStyle,
+}
+
+impl Rope {
+    /// Sin and cos of every angle at `pos`, `dim / 2` pairs.
+    pub fn table(&self, pos: usize, out: &mut Vec<(f32, f32)>) {
+        out.clear();
+        let p = pos as f64 / self.factor;
+        for j in 0..self.dim / 2 {
+            let theta = p * self.base.powf(-2.0 * j as f64 / self.dim as f64);
+            let (s, c) = theta.sin_cos();
+            out.push((s as f32, c as f32));
+        }
     }
 }
 
@@ -62,6 +98,24 @@ pub fn rope_inplace(x: &mut [f32], head_dim: usize, table: &[(f32, f32)], style:
 pub fn swiglu(g: &mut [f32], u: &[f32]) {
     for (a, &b) in g.iter_mut().zip(u) {
         *a = *a / (1.0 + (-*a).exp()) * b;
+    }
+}
+
+/// `gelu_tanh(g) * u`, in place into `g`, with
+/// `gelu_tanh(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))`.
+pub fn geglu_tanh(g: &mut [f32], u: &[f32]) {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    for (a, &b) in g.iter_mut().zip(u) {
+        let x = *a;
+        *a = 0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh()) * b;
+    }
+}
+
+/// `act(g) * u` in place into `g`, for the family's activation.
+pub fn gated(act: Activation, g: &mut [f32], u: &[f32]) {
+    match act {
+        Activation::SiLU => swiglu(g, u),
+        Activation::GeluTanh => geglu_tanh(g, u),
     }
 }
 
@@ -224,6 +278,56 @@ mod tests {
         for j in 0..m {
             assert!((v[j] - y[j]).abs() < 1e-4);
         }
+    }
+
+    #[test]
+    fn linear_rope_scaling_divides_the_position() {
+        let r = Rope {
+            base: 1e4,
+            dim: 8,
+            factor: 4.0,
+            style: RopeStyle::Halves,
+        };
+        let (mut scaled, mut plain) = (Vec::new(), Vec::new());
+        r.table(12, &mut scaled);
+        rope_table(3, 1e4, 8, &mut plain);
+        assert_eq!(scaled, plain);
+        Rope { factor: 1.0, ..r }.table(12, &mut scaled);
+        assert_ne!(scaled, plain);
+    }
+
+    #[test]
+    fn gelu_tanh_matches_known_values() {
+        // gelu_tanh(x) from PyTorch's gelu(approximate="tanh")
+        for (x, want) in [
+            (-3.0f32, -0.003_637_392),
+            (-1.0, -0.158_808),
+            (0.0, 0.0),
+            (0.5, 0.345_714),
+            (2.0, 1.954_597_7),
+        ] {
+            let mut g = [x];
+            geglu_tanh(&mut g, &[2.0]);
+            assert!(
+                (g[0] - 2.0 * want).abs() < 1e-5,
+                "{x}: {} vs {want}",
+                g[0] / 2.0
+            );
+        }
+        let mut g = [1.5f32];
+        gated(Activation::SiLU, &mut g, &[1.0]);
+        assert!((g[0] - 1.5 / (1.0 + (-1.5f32).exp())).abs() < 1e-6);
+    }
+
+    #[test]
+    fn rms_norm_in_place_equals_the_copying_one() {
+        let x: Vec<f32> = (0..16).map(|i| (i as f32 * 0.37).sin() * 3.0).collect();
+        let w: Vec<f32> = (0..16).map(|i| 1.0 + i as f32 * 0.1).collect();
+        let mut y = vec![0.0; 16];
+        rms_norm(&x, &w, 1e-6, &mut y);
+        let mut z = x.clone();
+        rms_norm_inplace(&mut z, &w, 1e-6);
+        assert_eq!(y, z);
     }
 
     #[test]

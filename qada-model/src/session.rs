@@ -1,5 +1,6 @@
 //! Running the model: dense prefill in blocks, then one adaptive decoding step per token.
 
+use qada_core::attention::dense_attention;
 use qada_core::{
     attend_layer, Accounting, Decision, KvSegments, LayerKv, LayerScratch, LocalityCriterion,
 };
@@ -9,9 +10,9 @@ use qada_kv::{
 use qada_stats::Rows;
 use rayon::prelude::*;
 
+use crate::block::{self, Attend, Buffers};
 use crate::model::Model;
-use crate::ops::{gemm_strided, rms_norm, rope_inplace, rope_table, swiglu};
-use crate::qlinear::Q8Acts;
+use crate::ops::{gemm_strided, rms_norm};
 use crate::{ModelError, Result};
 
 /// Tokens per prefill block: large enough for gemm to run at full speed and to amortize
@@ -75,19 +76,11 @@ pub struct Session<'m> {
     criterion: Box<dyn LocalityCriterion>,
     accounting: Accounting,
     prefilled: bool,
-    // scratch, sized once
-    x: Vec<f32>,
-    xb: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    att: Vec<f32>,
-    hb: Vec<f32>,
-    hb2: Vec<f32>,
+    /// Buffers of the one row a decoding step runs.
+    rows: Buffers,
     logits: Vec<f32>,
-    rope: Vec<(f32, f32)>,
-    acts: Q8Acts,
     layer_scratch: LayerScratch,
+    scores: Vec<f32>,
     decisions: Vec<Decision>,
 }
 
@@ -141,30 +134,17 @@ impl<'m> Session<'m> {
         if let MomentsMode::Calibration { table, .. } = &opts.moments {
             table.signature().check_matches(&model.signature())?;
         }
-        let cache = KvCache::new(shape, opts.window, opts.moments)?;
-        let qd = c.n_heads * c.head_dim;
-        let kvd = c.n_kv_heads * c.head_dim;
+        let cache = KvCache::with_spans(shape, opts.window, opts.moments, c.spans())?;
         Ok(Session {
             model,
             cache,
             criterion: opts.criterion,
             accounting: Accounting::new(c.n_layers, c.n_heads),
             prefilled: false,
-            x: vec![0.0; c.n_embd],
-            xb: vec![0.0; c.n_embd],
-            q: vec![0.0; qd],
-            k: vec![0.0; kvd],
-            v: vec![0.0; kvd],
-            att: vec![0.0; qd],
-            hb: vec![0.0; c.n_ff],
-            hb2: vec![0.0; c.n_ff],
+            rows: Buffers::new(model, 1),
             logits: vec![0.0; c.vocab_size],
-            rope: Vec::new(),
-            acts: Q8Acts {
-                precision: model.activations,
-                ..Default::default()
-            },
             layer_scratch: LayerScratch::new(),
+            scores: Vec::new(),
             decisions: vec![Decision::LONG; c.n_heads],
         })
     }
@@ -287,17 +267,27 @@ impl<'m> Session<'m> {
             ));
         }
         self.check_room(tokens.len())?;
-        let c = &self.model.config;
         let last = self.prefill_hidden(tokens, progress)?;
-        let mut h = vec![0.0; c.n_embd];
-        rms_norm(&last, &self.model.output_norm, c.rms_eps, &mut h);
-        self.acts.quantize(&h);
-        self.model
-            .output_head()
-            .matvec(&self.acts, &mut self.logits)?;
+        self.rows.x.copy_from_slice(&last);
+        self.logits_of_row()?;
         self.cache.finish_prefill()?;
         self.prefilled = true;
         Ok(&self.logits)
+    }
+
+    /// `logits = W_out N_out(x)` for the residual row in the decoding buffers.
+    fn logits_of_row(&mut self) -> Result<()> {
+        let model = self.model;
+        let c = &model.config;
+        let r = &mut self.rows;
+        rms_norm(
+            &r.x[..c.n_embd],
+            &model.output_norm,
+            c.rms_eps,
+            &mut r.h[..c.n_embd],
+        );
+        r.acts.quantize(&r.h[..c.n_embd]);
+        model.output_head().matvec(&r.acts, &mut self.logits)
     }
 
     /// The residual stream of the last prompt token after every layer (row 0: embedding),
@@ -319,6 +309,7 @@ impl<'m> Session<'m> {
         rayon::scope(move |_| this.prefill_blocks(tokens, progress, None))
     }
 
+    /// Blocks of [`PREFILL_BLOCK`] tokens through every layer, attention dense and causal.
     fn prefill_blocks(
         &mut self,
         tokens: &[u32],
@@ -326,139 +317,46 @@ impl<'m> Session<'m> {
         mut trace: Option<&mut Vec<Vec<f32>>>,
     ) -> Result<Vec<f32>> {
         let model = self.model;
-        let c = &model.config;
-        let (e, d) = (c.n_embd, c.head_dim);
-        let (qd, kvd) = (c.n_heads * d, c.n_kv_heads * d);
+        let e = model.config.n_embd;
+        let block_len = PREFILL_BLOCK.min(tokens.len());
+        let mut rows = Buffers::new(model, block_len);
+        let n_blocks = tokens.len().div_ceil(block_len);
         let mut last = vec![0.0; e];
-        let n_blocks = tokens.len().div_ceil(PREFILL_BLOCK);
-        let mut x = vec![0.0f32; PREFILL_BLOCK * e];
-        let mut h = vec![0.0f32; PREFILL_BLOCK * e];
-        let mut q = vec![0.0f32; PREFILL_BLOCK * qd];
-        let mut k = vec![0.0f32; PREFILL_BLOCK * kvd];
-        let mut v = vec![0.0f32; PREFILL_BLOCK * kvd];
-        let mut att = vec![0.0f32; PREFILL_BLOCK * qd];
-        let mut proj = vec![0.0f32; PREFILL_BLOCK * e];
-        let mut g = vec![0.0f32; PREFILL_BLOCK * c.n_ff];
-        let mut u = vec![0.0f32; PREFILL_BLOCK * c.n_ff];
-        for (bi, block) in tokens.chunks(PREFILL_BLOCK).enumerate() {
+        for (bi, block) in tokens.chunks(block_len).enumerate() {
             let n = block.len();
             let pos0 = self.cache.seq_len();
             for (i, &t) in block.iter().enumerate() {
-                model.embed(t, &mut x[i * e..(i + 1) * e])?;
+                model.embed(t, &mut rows.x[i * e..(i + 1) * e])?;
             }
-            let trace_row = |x: &[f32], tr: &mut Option<&mut Vec<Vec<f32>>>| {
-                if let Some(rows) = tr.as_deref_mut() {
-                    if bi + 1 == n_blocks {
-                        rows.push(x[(n - 1) * e..n * e].to_vec());
-                    }
+            let tracing = bi + 1 == n_blocks;
+            let mut trace_row = |x: &[f32]| {
+                if let (Some(t), true) = (trace.as_deref_mut(), tracing) {
+                    t.push(x[(n - 1) * e..n * e].to_vec());
                 }
             };
-            trace_row(&x, &mut trace);
-            for (l, blk) in model.blocks.iter().enumerate() {
-                for i in 0..n {
-                    rms_norm(
-                        &x[i * e..(i + 1) * e],
-                        &blk.attn_norm,
-                        c.rms_eps,
-                        &mut h[i * e..(i + 1) * e],
-                    );
-                }
-                blk.q.matmul_rows(&h, n, &mut q)?;
-                blk.k.matmul_rows(&h, n, &mut k)?;
-                blk.v.matmul_rows(&h, n, &mut v)?;
-                for i in 0..n {
-                    rope_table(pos0 + i, model.rope_base, c.rope_dim, &mut self.rope);
-                    let style = c.architecture.rope_style();
-                    rope_inplace(&mut q[i * qd..(i + 1) * qd], d, &self.rope, style);
-                    rope_inplace(&mut k[i * kvd..(i + 1) * kvd], d, &self.rope, style);
-                }
-                self.cache.append(l, &k[..n * kvd], &v[..n * kvd])?;
-                self.prefill_attention(l, &q[..n * qd], n, pos0, &mut att)?;
-                blk.o.matmul_rows(&att, n, &mut proj)?;
-                x[..n * e].iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
-                for i in 0..n {
-                    rms_norm(
-                        &x[i * e..(i + 1) * e],
-                        &blk.ffn_norm,
-                        c.rms_eps,
-                        &mut h[i * e..(i + 1) * e],
-                    );
-                }
-                blk.gate.matmul_rows(&h, n, &mut g)?;
-                blk.up.matmul_rows(&h, n, &mut u)?;
-                swiglu(&mut g[..n * c.n_ff], &u[..n * c.n_ff]);
-                blk.down.matmul_rows(&g, n, &mut proj)?;
-                x[..n * e].iter_mut().zip(&proj).for_each(|(a, b)| *a += b);
-                trace_row(&x, &mut trace);
+            trace_row(&rows.x);
+            let mut attend = PrefillAttention {
+                model,
+                cache: &mut self.cache,
+            };
+            for l in 0..model.config.n_layers {
+                block::forward(model, l, &mut rows, n, pos0, &mut attend)?;
+                trace_row(&rows.x);
             }
-            last.copy_from_slice(&x[(n - 1) * e..n * e]);
-            progress(pos0 + n, pos0 - bi * PREFILL_BLOCK + tokens.len());
+            last.copy_from_slice(&rows.x[(n - 1) * e..n * e]);
+            progress(pos0 + n, pos0 - bi * block_len + tokens.len());
         }
         Ok(last)
     }
 
-    /// Causal dense attention of a block of `n` queries at positions `pos0..pos0 + n` over
-    /// every cached position, with gemm per query head, heads in parallel.
-    fn prefill_attention(
-        &self,
-        layer: usize,
-        q: &[f32],
-        n: usize,
-        pos0: usize,
-        out: &mut [f32],
-    ) -> Result<()> {
-        let c = &self.model.config;
-        let d = c.head_dim;
-        let qd = c.n_heads * d;
-        let group = c.n_heads / c.n_kv_heads;
-        let t = pos0 + n;
-        let scale = 1.0 / (d as f32).sqrt();
-        let views: Vec<HeadView<'_>> = (0..c.n_kv_heads)
-            .map(|g| self.cache.head(layer, g))
-            .collect::<std::result::Result<_, _>>()?;
-        let heads: Vec<Vec<f32>> = (0..c.n_heads)
-            .into_par_iter()
-            .map(|h| {
-                let view = &views[h / group];
-                let (keys, values) = (as_f32(view.keys()), as_f32(view.values()));
-                let (keys, values): (&[f32], &[f32]) = (&keys, &values);
-                let mut s = vec![0.0f32; n * t];
-                // S = Q_h K^T: (n x d) (d x t)
-                gemm_strided(n, t, d, &mut s, t, &q[h * d..], qd, 1, keys, 1, d);
-                for i in 0..n {
-                    let row = &mut s[i * t..(i + 1) * t];
-                    let visible = pos0 + i + 1;
-                    let mut m = f32::NEG_INFINITY;
-                    for r in row[..visible].iter_mut() {
-                        *r *= scale;
-                        m = m.max(*r);
-                    }
-                    let z = qada_core::attention::exp_in_place(&mut row[..visible], m);
-                    let inv = 1.0 / z;
-                    row[..visible].iter_mut().for_each(|r| *r *= inv);
-                    row[visible..].iter_mut().for_each(|r| *r = 0.0);
-                }
-                // O_h = P V: (n x t) (t x d)
-                let mut o = vec![0.0f32; n * d];
-                gemm_strided(n, d, t, &mut o, d, &s, t, 1, values, d, 1);
-                o
-            })
-            .collect();
-        for (h, o) in heads.iter().enumerate() {
-            for i in 0..n {
-                out[i * qd + h * d..i * qd + (h + 1) * d].copy_from_slice(&o[i * d..(i + 1) * d]);
-            }
-        }
-        Ok(())
-    }
-
-    /// Decode one token at the next position: every layer's attention goes through the
-    /// criterion. Returns the logits for the position after it.
+    /// Decode one token at the next position: every global layer's attention goes through
+    /// the criterion. Returns the logits for the position after it.
     pub fn step(&mut self, token: u32) -> Result<&[f32]> {
         self.step_observed(token, None)
     }
 
-    /// [`Session::step`] with an observer that sees every layer's queries and decisions.
+    /// [`Session::step`] with an observer that sees every global layer's queries and
+    /// decisions.
     pub fn step_observed(
         &mut self,
         token: u32,
@@ -475,7 +373,7 @@ impl<'m> Session<'m> {
     fn step_inner(
         &mut self,
         token: u32,
-        mut observer: Option<&mut (dyn StepObserver + Send)>,
+        observer: Option<&mut (dyn StepObserver + Send)>,
     ) -> Result<()> {
         self.check_room(1)?;
         if !self.prefilled {
@@ -484,66 +382,182 @@ impl<'m> Session<'m> {
             ));
         }
         let model = self.model;
-        let c = &model.config;
-        let d = c.head_dim;
         let pos = self.cache.seq_len();
-        let scale = 1.0 / (d as f32).sqrt();
-        model.embed(token, &mut self.x)?;
-        rope_table(pos, model.rope_base, c.rope_dim, &mut self.rope);
-        let style = c.architecture.rope_style();
-        for (l, blk) in model.blocks.iter().enumerate() {
-            rms_norm(&self.x, &blk.attn_norm, c.rms_eps, &mut self.xb);
-            self.acts.quantize(&self.xb);
-            blk.q.matvec(&self.acts, &mut self.q)?;
-            blk.k.matvec(&self.acts, &mut self.k)?;
-            blk.v.matvec(&self.acts, &mut self.v)?;
-            rope_inplace(&mut self.q, d, &self.rope, style);
-            rope_inplace(&mut self.k, d, &self.rope, style);
-            self.cache.append(l, &self.k, &self.v)?;
-            let layer = CacheLayer(self.cache.layer(l)?);
-            attend_layer(
-                self.criterion.as_ref(),
-                l,
-                &self.q,
-                &layer,
-                scale,
-                &mut self.layer_scratch,
-                &mut self.att,
-                &mut self.decisions,
-            )?;
-            let head0 = layer.0.head(0);
-            let split = head0.split();
-            let flops = self.criterion.decision_flops(d, split.bulk_len());
-            self.accounting.record_layer(
-                l,
-                &self.decisions,
-                split.sink.len() + split.bulk.len() + split.window.len(),
-                split.local_len(),
-                d,
-                c.n_kv_heads,
-                head0.keys().elem_bytes(),
-                flops,
-            );
-            if let Some(obs) = observer.as_deref_mut() {
-                let segs: Vec<KvSegments<'_>> =
-                    (0..c.n_kv_heads).map(|g| layer.segments(g)).collect();
-                obs.observe_layer(l, &self.q, &segs, scale, &self.decisions)?;
-            }
-            self.acts.quantize(&self.att);
-            blk.o.matvec(&self.acts, &mut self.xb)?;
-            self.x.iter_mut().zip(&self.xb).for_each(|(a, b)| *a += b);
-            rms_norm(&self.x, &blk.ffn_norm, c.rms_eps, &mut self.xb);
-            self.acts.quantize(&self.xb);
-            blk.gate.matvec(&self.acts, &mut self.hb)?;
-            blk.up.matvec(&self.acts, &mut self.hb2)?;
-            swiglu(&mut self.hb, &self.hb2);
-            self.acts.quantize(&self.hb);
-            blk.down.matvec(&self.acts, &mut self.xb)?;
-            self.x.iter_mut().zip(&self.xb).for_each(|(a, b)| *a += b);
+        model.embed(token, &mut self.rows.x)?;
+        let mut attend = DecodeAttention {
+            model,
+            cache: &mut self.cache,
+            criterion: self.criterion.as_ref(),
+            accounting: &mut self.accounting,
+            layer_scratch: &mut self.layer_scratch,
+            scores: &mut self.scores,
+            decisions: &mut self.decisions,
+            observer,
+        };
+        for l in 0..model.config.n_layers {
+            block::forward(model, l, &mut self.rows, 1, pos, &mut attend)?;
         }
-        rms_norm(&self.x, &model.output_norm, c.rms_eps, &mut self.xb);
-        self.acts.quantize(&self.xb);
-        model.output_head().matvec(&self.acts, &mut self.logits)?;
+        self.logits_of_row()
+    }
+}
+
+/// Prefill's attention: append the block's keys and values, then dense causal attention of
+/// its `n` queries over every position they may see (the last `W` on a sliding layer).
+struct PrefillAttention<'s> {
+    model: &'s Model,
+    cache: &'s mut KvCache,
+}
+
+impl Attend for PrefillAttention<'_> {
+    fn attend(
+        &mut self,
+        layer: usize,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        n: usize,
+        pos0: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
+        self.cache.append(layer, k, v)?;
+        let c = &self.model.config;
+        let window = c.layers[layer].span.window();
+        prefill_attention(c, self.cache, layer, window, q, n, pos0, out)
+    }
+}
+
+/// Causal dense attention of a block of `n` queries at positions `pos0..pos0 + n` over the
+/// cached positions each may see: `max(0, p - W + 1) ..= p` with a sliding window `W`, else
+/// `0 ..= p`. gemm per query head, heads in parallel.
+#[allow(clippy::too_many_arguments)]
+fn prefill_attention(
+    c: &crate::ModelConfig,
+    cache: &KvCache,
+    layer: usize,
+    window: Option<usize>,
+    q: &[f32],
+    n: usize,
+    pos0: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    let d = c.head_dim;
+    let qd = c.n_heads * d;
+    let group = c.n_heads / c.n_kv_heads;
+    let scale = c.attention_scale;
+    let views: Vec<HeadView<'_>> = (0..c.n_kv_heads)
+        .map(|g| cache.head(layer, g))
+        .collect::<std::result::Result<_, _>>()?;
+    let heads: Vec<Vec<f32>> = (0..c.n_heads)
+        .into_par_iter()
+        .map(|h| {
+            let view = &views[h / group];
+            // kept rows hold positions first .. pos0 + n
+            let first = view.first_position();
+            let t = pos0 + n - first;
+            let (keys, values) = (as_f32(view.keys()), as_f32(view.values()));
+            let (keys, values): (&[f32], &[f32]) = (&keys, &values);
+            let mut s = vec![0.0f32; n * t];
+            // S = Q_h K^T: (n x d) (d x t)
+            gemm_strided(n, t, d, &mut s, t, &q[h * d..], qd, 1, keys, 1, d);
+            for i in 0..n {
+                let row = &mut s[i * t..(i + 1) * t];
+                let end = pos0 + i + 1 - first;
+                let start = window.map_or(0, |w| (pos0 + i + 1).saturating_sub(w + first));
+                let mut m = f32::NEG_INFINITY;
+                for r in row[start..end].iter_mut() {
+                    *r *= scale;
+                    m = m.max(*r);
+                }
+                let z = qada_core::attention::exp_in_place(&mut row[start..end], m);
+                let inv = 1.0 / z;
+                row[start..end].iter_mut().for_each(|r| *r *= inv);
+                row[..start].iter_mut().for_each(|r| *r = 0.0);
+                row[end..].iter_mut().for_each(|r| *r = 0.0);
+            }
+            // O_h = P V: (n x t) (t x d)
+            let mut o = vec![0.0f32; n * d];
+            gemm_strided(n, d, t, &mut o, d, &s, t, 1, values, d, 1);
+            o
+        })
+        .collect();
+    for (h, o) in heads.iter().enumerate() {
+        for i in 0..n {
+            out[i * qd + h * d..i * qd + (h + 1) * d].copy_from_slice(&o[i * d..(i + 1) * d]);
+        }
+    }
+    Ok(())
+}
+
+/// A decoding step's attention: append the token's key and value, then on a global layer let
+/// the criterion label every head and attend accordingly (recorded in the accounting, shown
+/// to the observer); on a sliding layer attend to the window, counted apart.
+struct DecodeAttention<'s, 'o> {
+    model: &'s Model,
+    cache: &'s mut KvCache,
+    criterion: &'s dyn LocalityCriterion,
+    accounting: &'s mut Accounting,
+    layer_scratch: &'s mut LayerScratch,
+    scores: &'s mut Vec<f32>,
+    decisions: &'s mut [Decision],
+    observer: Option<&'o mut (dyn StepObserver + Send)>,
+}
+
+impl Attend for DecodeAttention<'_, '_> {
+    fn attend(
+        &mut self,
+        l: usize,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        _n: usize,
+        _pos: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let c = &self.model.config;
+        let d = c.head_dim;
+        let scale = c.attention_scale;
+        self.cache.append(l, k, v)?;
+        let layer = CacheLayer(self.cache.layer(l)?);
+        let head0 = layer.0.head(0);
+        if !c.layers[l].is_global() {
+            // the cache shows a sliding layer's last W positions as its window
+            let group = c.n_heads / c.n_kv_heads;
+            let segs: Vec<KvSegments<'_>> = (0..c.n_kv_heads).map(|g| layer.segments(g)).collect();
+            for (h, o) in out.chunks_exact_mut(d).enumerate() {
+                let qh = &q[h * d..(h + 1) * d];
+                dense_attention(qh, &segs[h / group], scale, self.scores, o);
+            }
+            let len = segs[0].window_keys.n_rows(d);
+            self.accounting
+                .record_sliding_layer(len, d, c.n_kv_heads, head0.keys().elem_bytes());
+            return Ok(());
+        }
+        attend_layer(
+            self.criterion,
+            l,
+            q,
+            &layer,
+            scale,
+            self.layer_scratch,
+            out,
+            self.decisions,
+        )?;
+        let split = head0.split();
+        let flops = self.criterion.decision_flops(d, split.bulk_len());
+        self.accounting.record_layer(
+            l,
+            self.decisions,
+            split.sink.len() + split.bulk.len() + split.window.len(),
+            split.local_len(),
+            d,
+            c.n_kv_heads,
+            head0.keys().elem_bytes(),
+            flops,
+        );
+        if let Some(obs) = self.observer.as_deref_mut() {
+            let segs: Vec<KvSegments<'_>> = (0..c.n_kv_heads).map(|g| layer.segments(g)).collect();
+            obs.observe_layer(l, q, &segs, scale, self.decisions)?;
+        }
         Ok(())
     }
 }

@@ -1,0 +1,148 @@
+//! Model families as values: everything that differs between Llama, Qwen2 and Gemma 3 is a
+//! field of [`Family`], and [`FAMILIES`] is the one table that lists them.
+//!
+//! Adding a family is adding a row to [`FAMILIES`] (and, only for a behaviour no family has
+//! yet, a variant of one of the enums below): the loader, the transformer block and the
+//! tokenizer read the row, they do not match on names.
+//!
+//! Where a GGUF file is silent about a value, the row holds the family's published default
+//! and says where it comes from.
+
+/// How RoPE pairs the dimensions of a head.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeStyle {
+    /// Pairs `(2i, 2i + 1)`: GGUF llama files (the converter permutes Q and K to this).
+    Interleaved,
+    /// Pairs `(i, i + n/2)`: NeoX, Qwen2, Gemma.
+    Halves,
+}
+
+/// The gated feed-forward activation: `act(W_gate x) * (W_up x)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `silu(g) = g / (1 + e^-g)` (SwiGLU).
+    SiLU,
+    /// `gelu_tanh(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))` (GeGLU, Gemma).
+    GeluTanh,
+}
+
+/// The factor on `q . k` before the softmax.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueryScale {
+    /// `1 / sqrt(d)`, `d` the head dimension (`key_length`).
+    InvSqrtHeadDim,
+    /// Gemma 3's `query_pre_attn_scalar^-1/2`. GGUF does not store the scalar; the published
+    /// configurations set it to the head dimension (256 for 270M, 1B, 4B and 12B) except for
+    /// 27B, which uses `n_embd / n_heads` (168) and is the only one with 62 layers (llama.cpp
+    /// keys on the same fact).
+    Gemma3,
+}
+
+/// Which layers attend to a sliding window and how their RoPE differs.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SlidingLayers {
+    /// Every `global_every`-th layer (`(l + 1) % n == 0`) attends to the whole context, the
+    /// others to the last `{arch}.attention.sliding_window` tokens. Used when the file has no
+    /// `{arch}.attention.sliding_window_pattern`.
+    pub global_every: usize,
+    /// RoPE base of the sliding layers when the file has no `{arch}.rope.freq_base_swa`.
+    pub local_rope_base: f64,
+}
+
+/// One transformer family: a value, read from `general.architecture`.
+#[derive(Debug, PartialEq)]
+pub struct Family {
+    /// `general.architecture` and the metadata key prefix.
+    pub name: &'static str,
+    /// RoPE pairing.
+    pub rope_style: RopeStyle,
+    /// Gated feed-forward activation.
+    pub activation: Activation,
+    /// Per-head RMSNorm of queries and keys before RoPE (`attn_q_norm`, `attn_k_norm`).
+    pub qk_norm: bool,
+    /// RMSNorm of the attention output and of the feed-forward output before each is added to
+    /// the residual stream (`post_attention_norm`, `post_ffw_norm`).
+    pub post_norms: bool,
+    /// Token embeddings multiplied by `sqrt(n_embd)` before the first layer.
+    pub scale_embedding: bool,
+    /// Attention score scale.
+    pub query_scale: QueryScale,
+    /// Sliding-window layers, when the family has them.
+    pub sliding: Option<SlidingLayers>,
+}
+
+/// Llama 2/3, SmolLM, Mistral-style: interleaved RoPE, SwiGLU, no extra norms.
+pub const LLAMA: Family = Family {
+    name: "llama",
+    rope_style: RopeStyle::Interleaved,
+    activation: Activation::SiLU,
+    qk_norm: false,
+    post_norms: false,
+    scale_embedding: false,
+    query_scale: QueryScale::InvSqrtHeadDim,
+    sliding: None,
+};
+
+/// Qwen2 / Qwen2.5: NeoX RoPE and biases on Q, K, V (read from the file's `.bias` tensors).
+pub const QWEN2: Family = Family {
+    name: "qwen2",
+    rope_style: RopeStyle::Halves,
+    ..LLAMA
+};
+
+/// Gemma 3 (text): QK-norm, post-norms, GeGLU, scaled embeddings, 5 sliding layers to each
+/// global one. `global_every` and `local_rope_base` are the published configuration's
+/// `sliding_window_pattern = 6` and `rope_local_base_freq = 10000` (the GGUF files converted
+/// by llama.cpp store neither).
+pub const GEMMA3: Family = Family {
+    name: "gemma3",
+    rope_style: RopeStyle::Halves,
+    activation: Activation::GeluTanh,
+    qk_norm: true,
+    post_norms: true,
+    scale_embedding: true,
+    query_scale: QueryScale::Gemma3,
+    sliding: Some(SlidingLayers {
+        global_every: 6,
+        local_rope_base: 10_000.0,
+    }),
+};
+
+/// Every family this build runs.
+pub const FAMILIES: [&Family; 3] = [&LLAMA, &QWEN2, &GEMMA3];
+
+impl Family {
+    /// The row for `general.architecture`, or `None`.
+    pub fn by_name(name: &str) -> Option<&'static Family> {
+        FAMILIES.iter().copied().find(|f| f.name == name)
+    }
+
+    /// The name used as metadata key prefix.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// RoPE pairing.
+    pub fn rope_style(&self) -> RopeStyle {
+        self.rope_style
+    }
+
+    /// Names of every family, for error messages.
+    pub fn names() -> String {
+        FAMILIES.map(|f| f.name).join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_is_found_by_its_name_and_names_are_unique() {
+        for f in FAMILIES {
+            assert_eq!(Family::by_name(f.name), Some(f));
+        }
+        assert_eq!(Family::by_name("mamba"), None);
+        assert_eq!(Family::names(), "llama, qwen2, gemma3");
+    }
+}
