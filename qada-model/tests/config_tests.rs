@@ -1,36 +1,58 @@
 //! Hyper-parameters that no decoder can have are refused with the metadata key named, the
 //! value found and what it must be (not as a byte offset in the file).
 
+use qada_kv::LayerSpan;
 use qada_model::gguf::writer::GgufWriter;
-use qada_model::gguf::{GgufFile, Value};
+use qada_model::gguf::{GgufFile, Value, ValueType};
 use qada_model::{ModelConfig, ModelError};
 
-fn tiny_llama(overrides: &[(&str, Value)]) -> GgufFile {
-    let mut pairs: Vec<(&str, Value)> = vec![
-        ("general.architecture", Value::String("llama".into())),
-        ("llama.block_count", Value::U32(1)),
-        ("llama.context_length", Value::U32(64)),
-        ("llama.embedding_length", Value::U32(8)),
-        ("llama.feed_forward_length", Value::U32(16)),
-        ("llama.attention.head_count", Value::U32(2)),
-        ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
-        ("llama.vocab_size", Value::U32(2)),
+/// The metadata of a tiny decoder of family `arch` (keys under its prefix), with `overrides`
+/// (full key names) replacing or adding keys.
+fn tiny(arch: &str, overrides: &[(&str, Value)]) -> GgufFile {
+    let key = |k: &str| format!("{arch}.{k}");
+    let mut pairs: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), Value::String(arch.into())),
+        (key("block_count"), Value::U32(1)),
+        (key("context_length"), Value::U32(64)),
+        (key("embedding_length"), Value::U32(8)),
+        (key("feed_forward_length"), Value::U32(16)),
+        (key("attention.head_count"), Value::U32(2)),
+        (key("attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
+        (key("vocab_size"), Value::U32(2)),
     ];
+    let mut defaults: Vec<(String, Value)> = Vec::new();
+    if arch == "gemma3" {
+        defaults.push((key("block_count"), Value::U32(6)));
+        defaults.push((key("attention.key_length"), Value::U32(16)));
+        defaults.push((key("attention.sliding_window"), Value::U32(8)));
+    }
+    let overrides = defaults
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .chain(overrides.iter().cloned());
     for (k, v) in overrides {
         match pairs.iter_mut().find(|(key, _)| key == k) {
-            Some(p) => p.1 = v.clone(),
-            None => pairs.push((k, v.clone())),
+            Some(p) => p.1 = v,
+            None => pairs.push((k.to_string(), v)),
         }
     }
     let mut w = GgufWriter::new();
     for (k, v) in pairs {
-        w.meta(k, v);
+        w.meta(&k, v);
     }
     GgufFile::parse(w.to_bytes()).unwrap()
 }
 
+fn tiny_llama(overrides: &[(&str, Value)]) -> GgufFile {
+    tiny("llama", overrides)
+}
+
 fn refused(overrides: &[(&str, Value)]) -> String {
-    let e = ModelConfig::from_gguf(&tiny_llama(overrides)).unwrap_err();
+    refused_in("llama", overrides)
+}
+
+fn refused_in(arch: &str, overrides: &[(&str, Value)]) -> String {
+    let e = ModelConfig::from_gguf(&tiny(arch, overrides)).unwrap_err();
     assert!(matches!(e, ModelError::BadMetadata { .. }), "{e:?}");
     let msg = e.to_string();
     assert!(!msg.contains("byte 0"), "no misleading offset: {msg}");
@@ -87,5 +109,142 @@ fn rope_and_norm_parameters_name_their_key() {
             "\"llama.attention.layer_norm_rms_epsilon\" = 0: must be a finite number above 0"
         ),
         "{msg}"
+    );
+}
+
+#[test]
+fn the_tiny_gemma_file_has_five_sliding_layers_to_one_global() {
+    let c = ModelConfig::from_gguf(&tiny("gemma3", &[])).unwrap();
+    assert_eq!(c.head_dim, 16, "from key_length, not 8 / 2");
+    assert_eq!(c.global_layers().collect::<Vec<_>>(), [5]);
+    assert_eq!(c.layers[0].span, LayerSpan::Sliding(8));
+    assert_eq!(c.layers[0].local_rope_base, Some(10_000.0));
+    assert_eq!(c.layers[5].local_rope_base, None);
+    assert_eq!(c.attention_scale, 0.25);
+    assert_eq!(c.embedding_scale, 8f32.sqrt());
+    // the file's own pattern and local base win over the published defaults
+    let c = ModelConfig::from_gguf(&tiny(
+        "gemma3",
+        &[
+            ("gemma3.attention.sliding_window_pattern", Value::U32(2)),
+            ("gemma3.rope.freq_base_swa", Value::F32(500.0)),
+        ],
+    ))
+    .unwrap();
+    assert_eq!(c.global_layers().collect::<Vec<_>>(), [1, 3, 5]);
+    assert_eq!(c.layers[0].local_rope_base, Some(500.0));
+    let pattern = Value::Array(
+        ValueType::Bool,
+        [true, false, true, true, true, false]
+            .map(Value::Bool)
+            .to_vec(),
+    );
+    let c = ModelConfig::from_gguf(&tiny(
+        "gemma3",
+        &[("gemma3.attention.sliding_window_pattern", pattern)],
+    ))
+    .unwrap();
+    assert_eq!(c.global_layers().collect::<Vec<_>>(), [1, 5]);
+}
+
+#[test]
+fn hostile_head_and_window_keys_name_the_key() {
+    for (k, v, want) in [
+        (
+            "gemma3.attention.key_length",
+            Value::U32(0),
+            "\"gemma3.attention.key_length\" = 0: must be in 1..=1048576",
+        ),
+        (
+            "gemma3.attention.key_length",
+            Value::U64(u64::MAX),
+            "must be in 1..=1048576",
+        ),
+        (
+            "gemma3.attention.key_length",
+            Value::U32(1 << 20),
+            "query width must be at most 1048576",
+        ),
+        (
+            "gemma3.attention.value_length",
+            Value::U32(8),
+            "must equal the key length 16",
+        ),
+        (
+            "gemma3.attention.head_count_kv",
+            Value::U32(0),
+            "\"gemma3.attention.head_count_kv\" = 0",
+        ),
+        (
+            "gemma3.attention.head_count_kv",
+            Value::U32(3),
+            "must be a multiple of the KV head count",
+        ),
+        (
+            "gemma3.attention.sliding_window",
+            Value::U32(0),
+            "\"gemma3.attention.sliding_window\" = 0",
+        ),
+        (
+            "gemma3.attention.sliding_window",
+            Value::U32(65),
+            "must be at most the context length 64",
+        ),
+        (
+            "gemma3.attention.sliding_window_pattern",
+            Value::U32(0),
+            "sliding_window_pattern\" = 0",
+        ),
+        (
+            "gemma3.attention.sliding_window_pattern",
+            Value::Array(ValueType::Bool, vec![Value::Bool(true)]),
+            "must have one entry per layer (6)",
+        ),
+        (
+            "gemma3.rope.freq_base_swa",
+            Value::F32(0.5),
+            "\"gemma3.rope.freq_base_swa\" = 0.5",
+        ),
+    ] {
+        let msg = refused_in("gemma3", &[(k, v)]);
+        assert!(msg.contains(want), "{k}: {msg}");
+    }
+    // a sliding window in a family without sliding layers
+    let msg = refused(&[("llama.attention.sliding_window", Value::U32(8))]);
+    assert!(msg.contains("no sliding-window layers"), "{msg}");
+}
+
+#[test]
+fn rope_scaling_is_linear_or_refused_never_ignored() {
+    let linear = [
+        ("llama.rope.scaling.type", Value::String("linear".into())),
+        ("llama.rope.scaling.factor", Value::F32(8.0)),
+    ];
+    let c = ModelConfig::from_gguf(&tiny_llama(&linear)).unwrap();
+    assert_eq!(c.rope_linear_factor, 8.0);
+    let c = ModelConfig::from_gguf(&tiny_llama(&[(
+        "llama.rope.scaling.type",
+        Value::String("none".into()),
+    )]))
+    .unwrap();
+    assert_eq!(c.rope_linear_factor, 1.0);
+    let msg = refused(&[("llama.rope.scaling.type", Value::String("yarn".into()))]);
+    assert!(
+        msg.contains("\"llama.rope.scaling.type\" = \"yarn\": RoPE scaling other than \"linear\""),
+        "{msg}"
+    );
+    let msg = refused(&[
+        ("llama.rope.scaling.type", Value::String("linear".into())),
+        ("llama.rope.scaling.factor", Value::F32(-1.0)),
+    ]);
+    assert!(msg.contains("\"llama.rope.scaling.factor\" = -1"), "{msg}");
+}
+
+#[test]
+fn an_unknown_family_lists_the_ones_this_build_runs() {
+    let e = ModelConfig::from_gguf(&tiny("mamba", &[])).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "unsupported architecture \"mamba\" (this build runs: llama, qwen2, gemma3)"
     );
 }

@@ -12,7 +12,6 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use qada_model::gguf::GgufFile;
-use qada_model::ops::rms_norm;
 use qada_model::{LoadOptions, Model, Tokenizer, WeightFormat};
 use serde_json::Value;
 
@@ -81,93 +80,12 @@ fn token_ids_equal_the_reference_for_every_case_and_prompt() {
 
 #[test]
 fn residual_stream_matches_the_reference_after_every_layer() {
-    let m = model();
-    let r = reference();
-    let tokens = common::ids(&r["prompts"][0]["token_ids"]);
-    let rows = r["plain_sentence_residual_stream_last_position"]["rows"]
-        .as_array()
-        .unwrap();
-    let n_layers = m.config.n_layers;
-    assert_eq!(rows.len(), n_layers + 1);
-    let mut s = common::dense_session(m);
-    let trace = s.prefill_trace(&tokens).unwrap();
-    assert_eq!(trace.len(), n_layers + 1);
-    let mut worst = 0.0f32;
-    for (i, reference) in rows.iter().enumerate() {
-        let reference = common::floats(reference);
-        // The last row is after the final RMSNorm.
-        let ours = if i == n_layers {
-            let mut y = vec![0.0; m.config.n_embd];
-            rms_norm(&trace[i], &m.output_norm, m.config.rms_eps, &mut y);
-            y
-        } else {
-            trace[i].clone()
-        };
-        let scale = reference
-            .iter()
-            .fold(0.0f32, |a, v| a.max(v.abs()))
-            .max(1.0);
-        let err = ours
-            .iter()
-            .zip(&reference)
-            .map(|(a, b)| (a - b).abs())
-            .fold(0.0, f32::max)
-            / scale;
-        worst = worst.max(err);
-        assert!(
-            err < RESIDUAL_TOL,
-            "row {i}: max error {err} relative to {scale}"
-        );
-    }
+    let worst = common::check_residual_stream(model(), reference(), RESIDUAL_TOL);
     eprintln!("qwen2.5-0.5b: worst relative residual error {worst:e}");
 }
 
 #[test]
 fn logits_top5_and_greedy_continuations_match_the_reference() {
-    let m = model();
-    let r = reference();
-    let first64 = common::floats(&r["plain_sentence_last_logits_first_64"]);
-    let mut worst_logit = 0.0f32;
-    for p in r["prompts"].as_array().unwrap() {
-        let name = &p["name"];
-        let tokens = common::ids(&p["token_ids"]);
-        let mut s = common::dense_session(m);
-        let logits = s.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
-        let ids = common::ids(&p["top5_next_token"]["ids"]);
-        assert_eq!(common::top_k(&logits, 5), ids, "prompt {name}");
-        for (id, l) in ids
-            .iter()
-            .zip(common::floats(&p["top5_next_token"]["logits"]))
-        {
-            let err = (logits[*id as usize] - l).abs();
-            worst_logit = worst_logit.max(err);
-            assert!(err < LOGIT_TOL, "prompt {name} token {id}: error {err}");
-        }
-        if p["name"] == "plain_sentence" {
-            for (a, b) in logits[..64].iter().zip(&first64) {
-                // the reference is rounded to 5 decimals
-                assert!((a - b).abs() < LOGIT_TOL, "first 64 logits: {a} vs {b}");
-            }
-        }
-        // Greedy: identical, up to a step whose reference margin between the first two tokens
-        // is within our logit error (there either token is a faithful answer).
-        let expected = common::ids(&p["greedy"]["ids"]);
-        let steps = p["greedy"]["steps"].as_array().unwrap();
-        let mut next = common::argmax(&logits);
-        for (i, &want) in expected.iter().enumerate() {
-            if next != want {
-                let margin = steps[i]["margin_to_2nd"].as_f64().unwrap() as f32;
-                assert!(
-                    margin < 2.0 * LOGIT_TOL,
-                    "prompt {name}: step {i} chose {next}, the reference {want} with margin {margin}"
-                );
-                eprintln!("prompt {name}: diverged at step {i} within margin {margin}");
-                break;
-            }
-            if i + 1 < expected.len() {
-                next = common::argmax(s.step(next).unwrap());
-            }
-        }
-    }
-    eprintln!("qwen2.5-0.5b: worst top-5 logit error {worst_logit:e}");
+    let worst = common::check_logits_and_greedy(model(), reference(), LOGIT_TOL);
+    eprintln!("qwen2.5-0.5b: worst top-5 logit error {worst:e}");
 }

@@ -112,3 +112,80 @@ pub fn check_token_ids(tok: &qada_model::Tokenizer, r: &serde_json::Value) {
         assert_eq!(got, ids(&p["token_ids"]), "prompt {}", p["name"]);
     }
 }
+
+/// The residual stream of prompt 0 after the embedding and every layer (the last row after the
+/// final RMSNorm) against the reference's `plain_sentence_residual_stream_last_position`, each
+/// row to `tol` relative to its largest magnitude. Returns the worst error.
+pub fn check_residual_stream(m: &qada_model::Model, r: &serde_json::Value, tol: f32) -> f32 {
+    let tokens = ids(&r["prompts"][0]["token_ids"]);
+    let rows = r["plain_sentence_residual_stream_last_position"]["rows"]
+        .as_array()
+        .unwrap();
+    let n_layers = m.config.n_layers;
+    assert_eq!(rows.len(), n_layers + 1);
+    let mut s = dense_session(m);
+    let trace = s.prefill_trace(&tokens).unwrap();
+    assert_eq!(trace.len(), n_layers + 1);
+    let mut worst = 0.0f32;
+    for (i, reference) in rows.iter().enumerate() {
+        let reference = floats(reference);
+        // The last row is after the final RMSNorm.
+        let ours = if i == n_layers {
+            let mut y = vec![0.0; m.config.n_embd];
+            qada_model::ops::rms_norm(&trace[i], &m.output_norm, m.config.rms_eps, &mut y);
+            y
+        } else {
+            trace[i].clone()
+        };
+        let err = max_relative_error(&ours, &reference);
+        worst = worst.max(err);
+        assert!(err < tol, "row {i}: max relative error {err}");
+    }
+    worst
+}
+
+/// For every reference prompt: the top-5 next tokens and their logits to `tol`, the first 64
+/// logits of `plain_sentence`, and the greedy continuation identical up to a step whose
+/// reference margin between the first two tokens is within `2 tol` (there either token is a
+/// faithful answer). Returns the worst top-5 logit error.
+pub fn check_logits_and_greedy(m: &qada_model::Model, r: &serde_json::Value, tol: f32) -> f32 {
+    let first64 = floats(&r["plain_sentence_last_logits_first_64"]);
+    let mut worst = 0.0f32;
+    for p in r["prompts"].as_array().unwrap() {
+        let name = &p["name"];
+        let tokens = ids(&p["token_ids"]);
+        let mut s = dense_session(m);
+        let logits = s.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
+        let top = ids(&p["top5_next_token"]["ids"]);
+        assert_eq!(top_k(&logits, 5), top, "prompt {name}");
+        for (id, l) in top.iter().zip(floats(&p["top5_next_token"]["logits"])) {
+            let err = (logits[*id as usize] - l).abs();
+            worst = worst.max(err);
+            assert!(err < tol, "prompt {name} token {id}: error {err}");
+        }
+        if p["name"] == "plain_sentence" {
+            for (a, b) in logits[..64].iter().zip(&first64) {
+                // the reference is rounded to 5 decimals
+                assert!((a - b).abs() < tol, "first 64 logits: {a} vs {b}");
+            }
+        }
+        let expected = ids(&p["greedy"]["ids"]);
+        let steps = p["greedy"]["steps"].as_array().unwrap();
+        let mut next = argmax(&logits);
+        for (i, &want) in expected.iter().enumerate() {
+            if next != want {
+                let margin = steps[i]["margin_to_2nd"].as_f64().unwrap() as f32;
+                assert!(
+                    margin < 2.0 * tol,
+                    "prompt {name}: step {i} chose {next}, the reference {want} with margin {margin}"
+                );
+                eprintln!("prompt {name}: diverged at step {i} within margin {margin}");
+                break;
+            }
+            if i + 1 < expected.len() {
+                next = argmax(s.step(next).unwrap());
+            }
+        }
+    }
+    worst
+}
