@@ -64,7 +64,8 @@ impl MomentTable {
 
     /// Build the whole table from the keys of a calibration run: `keys(layer, kv_head)` returns
     /// that head's keys, row-major, in token order (f32 or f16). Checkpoints at every multiple
-    /// of `stride` up to the shortest key run.
+    /// of `stride` up to the shortest non-empty key run; an empty run (a layer that keeps no
+    /// bulk, such as a sliding-window layer) has empty moments at every checkpoint.
     pub fn from_keys<'a, F, R>(signature: ModelSignature, stride: u64, mut keys: F) -> Result<Self>
     where
         F: FnMut(usize, usize) -> R,
@@ -95,13 +96,20 @@ impl MomentTable {
                 });
             }
         }
-        let shortest = runs.iter().map(|r| r.len() / d).min().unwrap_or(0) as u64;
+        let shortest = runs
+            .iter()
+            .filter(|r| !r.is_empty())
+            .map(|r| r.len() / d)
+            .min()
+            .unwrap_or(0) as u64;
         let mut running: Vec<KeyMoments> = vec![KeyMoments::new(d); runs.len()];
         let mut done = 0u64;
         let mut m = stride;
         while m <= shortest {
             for (acc, r) in running.iter_mut().zip(&runs) {
-                acc.push_rows_of(r.slice(done as usize, m as usize, d))?;
+                if !r.is_empty() {
+                    acc.push_rows_of(r.slice(done as usize, m as usize, d))?;
+                }
             }
             table.push_checkpoint(m, running.clone())?;
             done = m;

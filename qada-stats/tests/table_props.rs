@@ -50,6 +50,26 @@ fn checkpoints_hold_the_moments_of_the_first_m_keys() {
 }
 
 #[test]
+fn an_empty_key_run_has_empty_moments_and_does_not_shorten_the_table() {
+    // layer 0 keeps no keys (a sliding-window layer); layer 1 holds 100 tokens per head
+    let r = runs(100, 0.0);
+    let t = MomentTable::from_keys(signature(), 16, |l, h| {
+        if l == 0 {
+            &[][..]
+        } else {
+            r[l * 3 + h].as_slice()
+        }
+    })
+    .unwrap();
+    assert_eq!(t.checkpoints().len(), 6);
+    let last = t.checkpoints().last().unwrap();
+    for h in 0..3 {
+        assert_eq!(last.moments(0, h).unwrap().count(), 0);
+        assert_eq!(last.moments(1, h).unwrap().count(), 96);
+    }
+}
+
+#[test]
 fn lookup_takes_the_largest_checkpoint_below_the_offset() {
     let t = table(100, 16);
     assert_eq!(t.lookup(1024 + 50, 1024).unwrap().tokens, 48);

@@ -203,6 +203,12 @@ pub fn run(a: Args) -> CliResult<()> {
     );
     println!("per layer, fraction local (oracle / approx):");
     for l in 0..c.n_layers {
+        if let Some(w) = c.layers[l].span.window() {
+            println!(
+                "  layer {l:>2}: sliding window of {w} tokens (local by construction, not decided)"
+            );
+            continue;
+        }
         let heads: Vec<String> = (0..c.n_heads)
             .map(|h| format!("{:.2}", r.per_head_frac_long_oracle[l * c.n_heads + h]))
             .collect();

@@ -151,11 +151,13 @@ pub fn moment_table(
     Ok(MomentTable::from_keys(
         model.signature(),
         stride as u64,
-        |l, h| {
-            cache
+        // sliding-window layers keep no bulk: their moments stay empty
+        |l, h| match model.config.layers[l].is_global() {
+            true => cache
                 .head(l, h)
                 .map(|v| v.keys())
-                .unwrap_or(qada_stats::Rows::F32(&[]))
+                .unwrap_or(qada_stats::Rows::F32(&[])),
+            false => qada_stats::Rows::F32(&[]),
         },
     )?)
 }

@@ -140,6 +140,8 @@ pub fn run(a: Args) -> CliResult<()> {
             "decode_tokens_per_s": decode_tps,
             "attention_flops_ratio": acc.flops_ratio(),
             "kv_bytes_ratio": acc.kv_bytes_ratio(),
+            "global_layers": model.config.global_layers().collect::<Vec<_>>(),
+            "sliding_kv_bytes": acc.sliding_kv_bytes,
         });
         println!("{out}");
         return Ok(());
@@ -189,11 +191,22 @@ pub fn run(a: Args) -> CliResult<()> {
         let cells: Vec<String> = per_layer
             .iter()
             .enumerate()
+            .filter(|&(l, _)| model.config.layers[l].is_global())
             .map(|(l, s)| format!("{l}:{s:.2}"))
             .collect();
         for line in cells.chunks(10) {
             let _ = writeln!(e, "  per-layer sparsity {}", line.join(" "));
         }
+    }
+    if acc.sliding_layer_steps > 0 {
+        let sliding = model.config.n_layers - model.config.global_layers().count();
+        let _ = writeln!(
+            e,
+            "sliding-window layers: {sliding} of {n_layers} read their last {} tokens by construction \
+             ({:.1} MB of K/V over the run; not decided, not counted above)",
+            model.config.sliding_window.unwrap_or(0),
+            acc.sliding_kv_bytes / 1e6
+        );
     }
     Ok(())
 }

@@ -10,7 +10,7 @@ use crate::common::CliResult;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The GGUF file.
+    /// The GGUF file (a path, or a short name such as smollm2-135m or gemma3-270m).
     file: PathBuf,
     /// List every tensor (default: a summary by type).
     #[arg(long)]
@@ -18,10 +18,11 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> CliResult<()> {
-    let f = GgufFile::open(&a.file).map_err(|e| format!("{}: {e}", a.file.display()))?;
+    let file = crate::common::resolve_model(Some(&a.file))?;
+    let f = GgufFile::open(&file).map_err(|e| format!("{}: {e}", file.display()))?;
     println!(
         "file: {} (GGUF v{}, alignment {})",
-        a.file.display(),
+        file.display(),
         f.version,
         f.alignment
     );
@@ -36,10 +37,21 @@ pub fn run(a: Args) -> CliResult<()> {
         println!("  {k} = {r}");
     }
     match ModelConfig::from_gguf(&f) {
-        Ok(c) => println!(
-            "model: {} layers, width {}, {} heads over {} KV heads of dimension {}, MLP {}, context {}, rope base {}, vocabulary {}",
-            c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff, c.context_length, c.rope_base, c.vocab_size
-        ),
+        Ok(c) => {
+            println!(
+                "model: {} family, {} layers, width {}, {} heads over {} KV heads of dimension {}, MLP {}, context {}, rope base {}, vocabulary {}",
+                c.family.name, c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff, c.context_length, c.rope_base, c.vocab_size
+            );
+            if let Some(w) = c.sliding_window {
+                let global: Vec<String> = c.global_layers().map(|l| l.to_string()).collect();
+                let local_base = c.layers.iter().find_map(|l| l.local_rope_base);
+                println!(
+                    "  global layers {} (the criterion decides there); the others attend to the last {w} tokens, rope base {}",
+                    global.join(", "),
+                    local_base.unwrap_or(c.rope_base)
+                );
+            }
+        }
         Err(e) => println!("model: not loadable by this build: {e}"),
     }
     let total: u64 = f.tensors().iter().map(|t| t.n_bytes).sum();
