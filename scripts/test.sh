@@ -4,7 +4,7 @@
 # doc examples, the docs without warnings, and the researcher's example on its own keys.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/setup.sh --model qwen2.5-0.5b
+bash scripts/setup.sh --model qwen2.5-0.5b --model gemma3-270m
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --all-targets

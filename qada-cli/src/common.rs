@@ -115,6 +115,10 @@ pub struct ModelArgs {
     /// logits within 1.5, as llama.cpp's scheme).
     #[arg(long, default_value = "f32")]
     pub activations: String,
+    /// Most tokens a sequence may hold: the file's context length, or less (a smaller cache
+    /// and earlier refusals; sliding-window layers keep their window whatever it is).
+    #[arg(long)]
+    pub ctx: Option<usize>,
 }
 
 /// Load the model the flags name.
@@ -135,7 +139,18 @@ pub fn load_model(a: &ModelArgs) -> CliResult<Model> {
         weights,
         activations,
     };
-    Model::load(&path, &opts).map_err(|e| format!("{}: {e}", path.display()).into())
+    let mut model = Model::load(&path, &opts).map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Some(n) = a.ctx {
+        let file = model.config.context_length;
+        if n == 0 || n > file {
+            return fail(format!(
+                "--ctx {n}: must be in 1..={file} (the context length {} was trained for)",
+                path.display()
+            ));
+        }
+        model.config.context_length = n;
+    }
+    Ok(model)
 }
 
 /// Where the prompt comes from and how it is wrapped.

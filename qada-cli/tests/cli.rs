@@ -191,6 +191,31 @@ fn a_prompt_longer_than_the_context_is_refused_unless_truncation_is_asked_for() 
 }
 
 #[test]
+fn ctx_lowers_the_context_length_and_never_raises_it() {
+    let m = model();
+    let m = m.to_str().unwrap();
+    let o = qada(&[
+        "generate",
+        "--model",
+        m,
+        "--raw",
+        "--ctx",
+        "8",
+        "one two three four five",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("stopped: context_full"),
+        "{}",
+        stderr(&o)
+    );
+    let o = qada(&["generate", "--model", m, "--ctx", "9000", "hi"]);
+    assert_clean_failure(&o, "--ctx 9000: must be in 1..=8192");
+    let o = qada(&["generate", "--model", m, "--ctx", "0", "hi"]);
+    assert_clean_failure(&o, "--ctx 0: must be in 1..=8192");
+}
+
+#[test]
 fn flags_out_of_range_are_refused() {
     let m = model();
     let m = m.to_str().unwrap();
