@@ -59,7 +59,7 @@ pub mod config;
 pub mod tokenizer;
 
 pub use config::{Architecture, ModelConfig, RopeStyle};
-pub use tokenizer::{ChatTemplate, StreamDecoder, Tokenizer};
+pub use tokenizer::{ChatFormat, ChatTemplate, StreamDecoder, TemplateOrigin, Tokenizer};
 pub mod model;
 pub mod ops;
 pub mod session;
