@@ -62,7 +62,7 @@ pub mod tokenizer;
 
 pub use config::{LayerSpec, ModelConfig};
 pub use family::{Activation, Family, RopeStyle, FAMILIES};
-pub use tokenizer::{ChatTemplate, StreamDecoder, Tokenizer};
+pub use tokenizer::{ChatFormat, ChatTemplate, StreamDecoder, TemplateOrigin, Tokenizer};
 mod block;
 pub mod model;
 pub mod ops;

@@ -104,7 +104,7 @@ impl<'t> PasskeyTask<'t> {
         seed: u64,
     ) -> Result<Vec<PasskeyPrompt>> {
         let mut rng = StdRng::seed_from_u64(seed);
-        let hay = self.tok.encode(haystack)?;
+        let hay = self.tok.encode_continuation(haystack)?;
         let mut out = Vec::with_capacity(lengths.len() * depths.len());
         for &len in lengths {
             for &depth in depths {
@@ -130,10 +130,10 @@ impl<'t> PasskeyTask<'t> {
                 "passkey depth {depth} is outside [0, 1]"
             )));
         }
-        let needle = tok.encode(&format!(
+        let needle = tok.encode_continuation(&format!(
             " The pass key is {key}. Remember it. {key} is the pass key. "
         ))?;
-        let suffix = tok.encode(&format!(
+        let suffix = tok.encode_continuation(&format!(
             "\n\nWhat is the pass key? Answer with the number only.{}The pass key is",
             self.post
         ))?;
