@@ -323,6 +323,15 @@ fn a_file_template_wins_over_the_family_default() {
     assert!(Tokenizer::from_gguf(&f).unwrap().chat_template().is_none());
 }
 
+#[test]
+fn the_fuzzing_seed_holds_the_small_vocabulary() {
+    let p = common::repo_root().join("fuzz/seeds/gguf/spm_vocab.gguf");
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap();
+    for text in ["the the thing", "a   b\n\n<b>é<end_of_turn>"] {
+        assert_eq!(tok.encode(text).unwrap(), small().encode(text).unwrap());
+    }
+}
+
 /// The error of a vocabulary edited by `edit`.
 fn refused(edit: impl FnOnce(&mut Vec<(&'static str, Value)>)) -> ModelError {
     match Tokenizer::from_gguf(&small_file(edit)) {
