@@ -169,7 +169,7 @@ impl Tokenizer {
         self.vocab.inner.id_to_token(id)
     }
 
-    /// True for control tokens.
+    /// True for control tokens (and SentencePiece's unknown token), which text can spell.
     pub fn is_special(&self, id: u32) -> bool {
         self.vocab
             .special
