@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = ModelConfig::from_gguf(&f);
     if f.get("tokenizer.ggml.tokens").and_then(|v| v.as_array()).is_some_and(|a| a.len() <= 4096) {
         if let Ok(tok) = Tokenizer::from_gguf(&f) {
-            let _ = tok.encode("Hello 123 <|im_start|> wörld");
+            let _ = tok.encode("Hello 123 <|im_start|> wörld  the\n\n<start_of_turn>é");
         }
     }
 });

@@ -1,6 +1,6 @@
 //! The real model's tokenizer on arbitrary text (encode) and arbitrary id sequences (streaming
 //! decode must never split a character or panic). The model comes from scripts/setup.sh, or
-//! from $QADA_MODEL.
+//! from $QADA_MODEL (Gemma 3's file exercises the SentencePiece vocabulary).
 #![no_main]
 
 use std::sync::OnceLock;
@@ -30,8 +30,13 @@ fuzz_target!(|data: &[u8]| {
         for &(at, _) in lost.iter().rev() {
             expected.remove(at);
         }
-        // (decoding is lossy where a dropped lead byte leaves continuation bytes behind)
-        assert_eq!(tok.decode(&ids), String::from_utf8_lossy(&expected));
+        // (decoding is lossy where a dropped lead byte leaves continuation bytes behind, and a
+        // SentencePiece vocabulary reads U+2581 as an escaped space)
+        let spaced = |s: &str| s.replace('\u{2581}', " ");
+        assert_eq!(
+            spaced(&tok.decode(&ids)),
+            spaced(&String::from_utf8_lossy(&expected))
+        );
     }
     // arbitrary ids, two bytes each, streamed
     let mut dec = StreamDecoder::new();

@@ -321,6 +321,35 @@ fn a_file_template_wins_over_the_family_default() {
     );
     let f = small_file(|m| m[0].1 = Value::String("llama".into()));
     assert!(Tokenizer::from_gguf(&f).unwrap().chat_template().is_none());
+    // Gemma's turns in a file's template (the official one renders `<bos>` itself; `encode`
+    // adds it here, so the rendering has none)
+    let f = small_file(|m| {
+        m.push((
+            "tokenizer.chat_template",
+            Value::String(
+                "{{ bos_token }}{{ '<start_of_turn>' + role + '\\n' }}{{ '<end_of_turn>\\n' }}"
+                    .into(),
+            ),
+        ))
+    });
+    let tok = Tokenizer::from_gguf(&f).unwrap();
+    let chat = tok.chat_template().unwrap();
+    assert_eq!(
+        (chat.format(), chat.origin()),
+        (ChatFormat::Gemma, &TemplateOrigin::File)
+    );
+    assert_eq!(chat.to_string(), "gemma (from the file)");
+    let ids = tok.encode(&chat.render_user("a", None)).unwrap();
+    assert_eq!(ids.iter().filter(|&&i| i == 2).count(), 1, "one BOS");
+}
+
+#[test]
+fn the_fuzzing_seed_holds_the_small_vocabulary() {
+    let p = common::repo_root().join("fuzz/seeds/gguf/spm_vocab.gguf");
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&p).unwrap()).unwrap();
+    for text in ["the the thing", "a   b\n\n<b>é<end_of_turn>"] {
+        assert_eq!(tok.encode(text).unwrap(), small().encode(text).unwrap());
+    }
 }
 
 /// The error of a vocabulary edited by `edit`.

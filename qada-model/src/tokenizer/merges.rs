@@ -12,15 +12,17 @@
 //! giving `aba`); SentencePiece joins the leftmost, the ranks here the longer left half. The
 //! reference cases (and llama.cpp, transformers) agree with the ranks on all of Gemma 3's.
 //!
-//! Cost: two hash lookups per character boundary of each normal piece, on all cores. A piece is
-//! at most [`MAX_PIECE_BYTES`] long (SentencePiece's trainer allows 512 characters), which bounds
-//! the work per byte of the vocabulary, and the merges' text is at most [`MAX_MERGE_GROWTH`] times
-//! the pieces' text, so a hostile vocabulary cannot ask for an allocation out of proportion to
-//! the file.
+//! Cost: two table lookups per character boundary of each normal piece, on all cores, keyed by
+//! a rolling hash that grows one byte at a time (`piece_index.rs`). A piece is at most
+//! [`MAX_PIECE_BYTES`] long (SentencePiece's trainer allows 512 characters), and the merges'
+//! text is at most [`MAX_MERGE_GROWTH`] times the pieces' text, so a hostile vocabulary cannot
+//! ask for an allocation out of proportion to the file.
 
 use std::collections::HashMap;
 
 use rayon::prelude::*;
+
+use super::piece_index::PieceIndex;
 
 use crate::{ModelError, Result};
 
@@ -63,24 +65,28 @@ pub(super) fn derive(
         }
         piece_bytes += p.len();
     }
-    let is_normal = |s: &str| vocab.get(s).is_some_and(|&i| normal[i as usize]);
-
+    let index = PieceIndex::new(pieces, normal, vocab);
     let mut found: Vec<Candidate> = pieces
-        .par_iter()
+        .par_chunks(4096)
         .enumerate()
-        .filter(|&(i, _)| normal[i])
-        .flat_map_iter(|(i, p)| {
-            let total_chars = p.chars().count() as u32;
-            p.char_indices()
-                .enumerate()
-                .skip(1)
-                .filter(move |&(_, (k, _))| is_normal(&p[..k]) && is_normal(&p[k..]))
-                .map(move |(left_chars, (k, _))| Candidate {
-                    piece: i as u32,
-                    split: k as u32,
-                    left_chars: left_chars as u32,
-                    right_chars: total_chars - left_chars as u32,
-                })
+        .flat_map_iter(|(chunk, ps)| {
+            let mut out = Vec::new();
+            for (j, p) in ps.iter().enumerate() {
+                let i = chunk * 4096 + j;
+                if !normal[i] {
+                    continue;
+                }
+                let total_chars = p.chars().count();
+                index.splits(p, |k, left_chars| {
+                    out.push(Candidate {
+                        piece: i as u32,
+                        split: k as u32,
+                        left_chars: left_chars as u32,
+                        right_chars: (total_chars - left_chars) as u32,
+                    })
+                });
+            }
+            out
         })
         .collect();
     let merge_bytes: usize = found.iter().map(|c| pieces[c.piece as usize].len()).sum();

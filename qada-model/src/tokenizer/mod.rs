@@ -3,7 +3,8 @@
 //! `tokenizer.ggml.model` picks how the vocabulary is read:
 //! - `gpt2`: byte-level BPE with the file's merges and pre-tokenizer (`gpt2.rs`);
 //! - `llama`: SentencePiece BPE rebuilt from pieces, scores and types (`spm.rs`), its merges
-//!   derived from the scores (`merges.rs`).
+//!   derived from the scores (`merges.rs`, which finds the splits of a piece with
+//!   `piece_index.rs`).
 //!
 //! Both give a [`Vocabulary`]; what they share is read here: BOS, EOS and unknown ids, whether to
 //! add a BOS, and the chat template (`chat.rs`). [`Tokenizer::encode`] is the one place a BOS is
@@ -13,6 +14,7 @@
 mod chat;
 mod gpt2;
 mod merges;
+mod piece_index;
 mod spm;
 mod stream;
 
@@ -167,7 +169,7 @@ impl Tokenizer {
         self.vocab.inner.id_to_token(id)
     }
 
-    /// True for control tokens.
+    /// True for control tokens (and SentencePiece's unknown token), which text can spell.
     pub fn is_special(&self, id: u32) -> bool {
         self.vocab
             .special
