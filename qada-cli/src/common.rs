@@ -209,7 +209,10 @@ impl PromptArgs {
             text
         } else {
             match tok.chat_template() {
-                Some(t) => t.render_user(&text, self.system.as_deref()),
+                Some(t) => {
+                    eprintln!("chat template: {t}; --raw uses the prompt as is");
+                    t.render_user(&text, self.system.as_deref())
+                }
                 None if self.chat => {
                     return fail(
                         "the model file has no chat template this build understands: use --raw",

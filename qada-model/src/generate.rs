@@ -133,7 +133,7 @@ impl Sampler {
 pub struct GenerateConfig {
     /// Most tokens to generate.
     pub max_new_tokens: usize,
-    /// Stop at the end-of-sequence token (not included in the output).
+    /// Stop at an end-of-generation token (not included in the output).
     pub stop_at_eos: bool,
     /// Stop when the text contains any of these (the text ends before it).
     pub stop_strings: Vec<String>,
@@ -144,7 +144,8 @@ pub struct GenerateConfig {
 /// Why generation stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StopReason {
-    /// The model produced its end-of-sequence token.
+    /// The model produced an end-of-generation token (EOS or an end-of-turn token, see
+    /// [`crate::Tokenizer::end_of_generation`]).
     Eos,
     /// `max_new_tokens` reached.
     MaxTokens,
@@ -235,7 +236,7 @@ pub fn generate(
 ) -> Result<Generation> {
     let mut sampler = Sampler::new(cfg.sampling.clone())?;
     let tok = &session.model().tokenizer;
-    let eos = tok.eos();
+    let end = tok.end_of_generation();
     let t0 = Instant::now();
     let mut next = sampler.sample(session.prefill(prompt, progress)?)?;
     let prefill_secs = t0.elapsed().as_secs_f64();
@@ -252,7 +253,7 @@ pub fn generate(
         if generated.len() >= cfg.max_new_tokens {
             break StopReason::MaxTokens;
         }
-        if cfg.stop_at_eos && Some(next) == eos {
+        if cfg.stop_at_eos && end.contains(&next) {
             break StopReason::Eos;
         }
         generated.push(next);

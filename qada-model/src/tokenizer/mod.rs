@@ -49,7 +49,13 @@ pub struct Tokenizer {
     eos: Option<u32>,
     add_bos: bool,
     chat: Option<ChatTemplate>,
+    /// Tokens that end a generation: EOS, the file's EOT, and the special end-of-turn tokens.
+    end_of_generation: Vec<u32>,
 }
+
+/// Special tokens that end a turn in the chat formats of the families this build runs
+/// (llama.cpp stops on the same texts).
+const END_OF_TURN: [&str; 4] = ["<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|endoftext|>"];
 
 fn err(e: impl std::fmt::Display) -> ModelError {
     ModelError::Tokenizer(e.to_string())
@@ -111,12 +117,22 @@ impl Tokenizer {
                 .and_then(|v| v.as_str())
                 .and_then(ChatTemplate::family_default),
         };
+        let eot = token_id(f, "tokenizer.ggml.eot_token_id", n)?;
+        let mut end_of_generation: Vec<u32> = eos.into_iter().chain(eot).collect();
+        for (id, bytes) in vocab.token_bytes.iter().enumerate() {
+            if vocab.special[id] && END_OF_TURN.iter().any(|t| t.as_bytes() == bytes.as_slice()) {
+                end_of_generation.push(id as u32);
+            }
+        }
+        end_of_generation.sort_unstable();
+        end_of_generation.dedup();
         Ok(Tokenizer {
             vocab,
             bos,
             eos,
             add_bos,
             chat,
+            end_of_generation,
         })
     }
 
@@ -207,6 +223,13 @@ impl Tokenizer {
     /// End-of-sequence token.
     pub fn eos(&self) -> Option<u32> {
         self.eos
+    }
+
+    /// Tokens that end a generation: EOS, `tokenizer.ggml.eot_token_id`, and the special
+    /// end-of-turn tokens of the chat formats (`<end_of_turn>`, `<|im_end|>`, `<|eot_id|>`,
+    /// `<|endoftext|>`), sorted.
+    pub fn end_of_generation(&self) -> &[u32] {
+        &self.end_of_generation
     }
 
     /// The pre-tokenizer name from the file.
