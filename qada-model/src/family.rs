@@ -5,8 +5,12 @@
 //! yet, a variant of one of the enums below): the loader, the transformer block and the
 //! tokenizer read the row, they do not match on names.
 //!
+//! The tokenizer reads only [`Family::chat`] from here; its vocabulary comes from the file.
+//!
 //! Where a GGUF file is silent about a value, the row holds the family's published default
 //! and says where it comes from.
+
+use crate::tokenizer::ChatFormat;
 
 /// How RoPE pairs the dimensions of a head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,6 +73,8 @@ pub struct Family {
     pub query_scale: QueryScale,
     /// Sliding-window layers, when the family has them.
     pub sliding: Option<SlidingLayers>,
+    /// The family's published chat layout, for files that carry no template.
+    pub chat: Option<ChatFormat>,
 }
 
 /// Llama 2/3, SmolLM, Mistral-style: interleaved RoPE, SwiGLU, no extra norms.
@@ -81,6 +87,7 @@ pub const LLAMA: Family = Family {
     scale_embedding: false,
     query_scale: QueryScale::InvSqrtHeadDim,
     sliding: None,
+    chat: None,
 };
 
 /// Qwen2 / Qwen2.5: NeoX RoPE and biases on Q, K, V (read from the file's `.bias` tensors).
@@ -91,7 +98,7 @@ pub const QWEN2: Family = Family {
 };
 
 /// Gemma 3 (text): QK-norm, post-norms, GeGLU, scaled embeddings, 5 sliding layers to each
-/// global one. `global_every` and `local_rope_base` are the published configuration's
+/// global one, Gemma's `<start_of_turn>` chat turns (its GGUF files carry no template). `global_every` and `local_rope_base` are the published configuration's
 /// `sliding_window_pattern = 6` and `rope_local_base_freq = 10000` (the GGUF files converted
 /// by llama.cpp store neither).
 pub const GEMMA3: Family = Family {
@@ -106,6 +113,7 @@ pub const GEMMA3: Family = Family {
         global_every: 6,
         local_rope_base: 10_000.0,
     }),
+    chat: Some(ChatFormat::Gemma),
 };
 
 /// Every family this build runs.

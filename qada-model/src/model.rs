@@ -123,8 +123,8 @@ fn matrix(
             ty: info.ty.to_string(),
         });
     }
-    // check every value is finite, as the f32 path does, without keeping the f32 copy
-    f.tensor_f32(name)?;
+    // every value finite, as the f32 path checks, without an f32 copy of the tensor
+    f.check_finite(name)?;
     QLinear::from_blocks(rows, cols, info.ty, f.tensor_bytes(info).to_vec(), bias).map_err(|e| {
         ModelError::Invalid {
             what: format!("tensor {name:?}"),

@@ -411,6 +411,36 @@ impl GgufFile {
 
     /// A tensor dequantized to f32, refusing NaN and infinity.
     pub fn tensor_f32(&self, name: &str) -> Result<(Vec<u64>, Vec<f32>)> {
+        let info = self.dequantizable(name)?;
+        let mut out = vec![0.0f32; info.n_elements as usize];
+        self.dequantize_checked(info, self.tensor_bytes(info), 0, &mut out)?;
+        Ok((info.dims.clone(), out))
+    }
+
+    /// Check that every value of a tensor is finite, as [`GgufFile::tensor_f32`] does, a
+    /// chunk of blocks at a time: memory independent of the tensor's size.
+    ///
+    /// # Errors
+    /// As [`GgufFile::tensor_f32`].
+    pub fn check_finite(&self, name: &str) -> Result<()> {
+        let info = self.dequantizable(name)?;
+        let bytes = self.tensor_bytes(info);
+        // `dequantizable` checked the type has a block layout
+        let (per, size) = info.ty.block().unwrap_or((1, 1));
+        const BLOCKS: usize = 4096;
+        let mut buf = vec![0.0f32; BLOCKS * per as usize];
+        let chunk_bytes = BLOCKS * size as usize;
+        if bytes.len() as u64 != info.ty.bytes_for(info.n_elements).unwrap_or(u64::MAX) {
+            return Err(self.size_mismatch(name, info));
+        }
+        for (i, chunk) in bytes.chunks(chunk_bytes).enumerate() {
+            let n = chunk.len() / size as usize * per as usize;
+            self.dequantize_checked(info, chunk, i * BLOCKS * per as usize, &mut buf[..n])?;
+        }
+        Ok(())
+    }
+
+    fn dequantizable(&self, name: &str) -> Result<&TensorInfo> {
         let info = self
             .tensor(name)
             .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
@@ -420,20 +450,34 @@ impl GgufFile {
                 ty: info.ty.to_string(),
             });
         }
-        let mut out = vec![0.0f32; info.n_elements as usize];
-        if !dequantize(info.ty, self.tensor_bytes(info), &mut out) {
-            return Err(ModelError::Invalid {
-                what: format!("tensor {name:?}"),
-                offset: self.data_offset + info.offset,
-                reason: "data size does not match its type and shape".into(),
-            });
+        Ok(info)
+    }
+
+    fn size_mismatch(&self, name: &str, info: &TensorInfo) -> ModelError {
+        ModelError::Invalid {
+            what: format!("tensor {name:?}"),
+            offset: self.data_offset + info.offset,
+            reason: "data size does not match its type and shape".into(),
         }
-        if let Some(index) = out.iter().position(|v| !v.is_finite()) {
+    }
+
+    /// Dequantize `bytes` (values `first..` of the tensor) into `out`; every value finite.
+    fn dequantize_checked(
+        &self,
+        info: &TensorInfo,
+        bytes: &[u8],
+        first: usize,
+        out: &mut [f32],
+    ) -> Result<()> {
+        if !dequantize(info.ty, bytes, out) {
+            return Err(self.size_mismatch(&info.name, info));
+        }
+        if let Some(i) = out.iter().position(|v| !v.is_finite()) {
             return Err(ModelError::NonFinite {
-                name: name.into(),
-                index,
+                name: info.name.clone(),
+                index: first + i,
             });
         }
-        Ok((info.dims.clone(), out))
+        Ok(())
     }
 }

@@ -37,8 +37,6 @@ pub enum TemplateOrigin {
     },
 }
 
-/// Families whose published template applies to a file without one, by `general.architecture`.
-const FAMILY_DEFAULTS: &[(&str, ChatFormat)] = &[("gemma3", ChatFormat::Gemma)];
 
 /// A chat template this build renders, its default system prompt, and where it came from.
 #[derive(Clone, Debug, PartialEq)]
@@ -80,12 +78,11 @@ impl ChatTemplate {
         None
     }
 
-    /// The published template of the family `architecture` (`general.architecture`), for a file
-    /// without a template; `None` for families without one here.
+    /// The published template of the family `architecture` (`general.architecture`, its row's
+    /// [`crate::family::Family::chat`]), for a file without a template; `None` for families
+    /// without one.
     pub fn family_default(architecture: &str) -> Option<Self> {
-        let &(_, format) = FAMILY_DEFAULTS
-            .iter()
-            .find(|(name, _)| *name == architecture)?;
+        let format = crate::family::Family::by_name(architecture)?.chat?;
         Some(ChatTemplate {
             default_system: None,
             format,
