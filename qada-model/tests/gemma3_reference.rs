@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 
 use qada_kv::LayerSpan;
 use qada_model::gguf::GgufFile;
-use qada_model::{LoadOptions, Model, Tokenizer, WeightFormat};
+use qada_model::{LoadOptions, Model, Tokenizer};
 use serde_json::Value;
 
 /// Largest residual error relative to the row's largest magnitude (measured 1.2e-6; see the
@@ -27,13 +27,7 @@ const RESIDUAL_TOL: f32 = 1e-4;
 const LOGIT_TOL: f32 = 2e-3;
 
 fn model_path() -> PathBuf {
-    let p = common::repo_root().join("models/gemma3-270m/gemma-3-270m-Q4_K_M.gguf");
-    assert!(
-        p.exists(),
-        "{} is missing: run `bash scripts/setup.sh --model gemma3-270m` first",
-        p.display()
-    );
-    p
+    common::fetched_model("gemma3-270m")
 }
 
 fn reference() -> &'static Value {
@@ -43,13 +37,7 @@ fn reference() -> &'static Value {
 
 fn model() -> &'static Model {
     static M: OnceLock<Model> = OnceLock::new();
-    M.get_or_init(|| {
-        let opts = LoadOptions {
-            weights: WeightFormat::F32,
-            ..Default::default()
-        };
-        Model::load(&model_path(), &opts).unwrap()
-    })
+    M.get_or_init(|| common::load_f32(&model_path()))
 }
 
 #[test]

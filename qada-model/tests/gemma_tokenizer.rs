@@ -18,13 +18,7 @@ use qada_model::{ChatFormat, ModelError, StreamDecoder, TemplateOrigin, Tokenize
 use serde_json::Value as Json;
 
 fn model_path() -> PathBuf {
-    let p = common::repo_root().join("models/gemma3-270m/gemma-3-270m-Q4_K_M.gguf");
-    assert!(
-        p.exists(),
-        "{} is missing: run `bash scripts/setup.sh --model gemma3-270m` first",
-        p.display()
-    );
-    p
+    common::fetched_model("gemma3-270m")
 }
 
 fn gemma() -> &'static Tokenizer {

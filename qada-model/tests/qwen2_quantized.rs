@@ -21,13 +21,7 @@ const BOUND: f32 = 1e-2;
 const STEPS: usize = 6;
 
 fn model_path() -> PathBuf {
-    let p = common::repo_root().join("models/qwen2.5-0.5b/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf");
-    assert!(
-        p.exists(),
-        "{} is missing: run `bash scripts/setup.sh --model qwen2.5-0.5b` first",
-        p.display()
-    );
-    p
+    common::fetched_model("qwen2.5-0.5b")
 }
 
 fn load(weights: WeightFormat) -> Model {

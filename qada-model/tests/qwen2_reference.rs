@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use qada_model::gguf::GgufFile;
-use qada_model::{LoadOptions, Model, Tokenizer, WeightFormat};
+use qada_model::{Model, Tokenizer};
 use serde_json::Value;
 
 /// Largest residual error relative to the row's largest magnitude (measured: see the test's
@@ -22,13 +22,7 @@ const RESIDUAL_TOL: f32 = 2e-3;
 const LOGIT_TOL: f32 = 0.05;
 
 fn model_path() -> PathBuf {
-    let p = common::repo_root().join("models/qwen2.5-0.5b/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf");
-    assert!(
-        p.exists(),
-        "{} is missing: run `bash scripts/setup.sh --model qwen2.5-0.5b` first",
-        p.display()
-    );
-    p
+    common::fetched_model("qwen2.5-0.5b")
 }
 
 fn reference() -> &'static Value {
@@ -38,13 +32,7 @@ fn reference() -> &'static Value {
 
 fn model() -> &'static Model {
     static M: OnceLock<Model> = OnceLock::new();
-    M.get_or_init(|| {
-        let opts = LoadOptions {
-            weights: WeightFormat::F32,
-            ..Default::default()
-        };
-        Model::load(&model_path(), &opts).unwrap()
-    })
+    M.get_or_init(|| common::load_f32(&model_path()))
 }
 
 #[test]

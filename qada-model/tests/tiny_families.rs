@@ -137,7 +137,10 @@ fn session(m: &Model) -> Session<'_> {
 /// Logits after `tokens`, prefilling the first `split` and decoding the rest.
 fn logits(m: &Model, tokens: &[u32], split: usize) -> Vec<f32> {
     let mut s = session(m);
-    let mut out = s.prefill(&tokens[..split], &mut |_, _| {}).unwrap().to_vec();
+    let mut out = s
+        .prefill(&tokens[..split], &mut |_, _| {})
+        .unwrap()
+        .to_vec();
     for &t in &tokens[split..] {
         out = s.step(t).unwrap().to_vec();
     }
@@ -145,7 +148,10 @@ fn logits(m: &Model, tokens: &[u32], split: usize) -> Vec<f32> {
 }
 
 fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
 }
 
 proptest! {
@@ -201,7 +207,14 @@ proptest! {
 fn the_tensors_a_family_needs_are_required_and_shaped() {
     let pattern = Some((3, vec![true, false]));
     let e = Model::from_gguf(
-        &tiny("gemma3", 2, pattern.clone(), 1, "blk.1.attn_k_norm.weight", ""),
+        &tiny(
+            "gemma3",
+            2,
+            pattern.clone(),
+            1,
+            "blk.1.attn_k_norm.weight",
+            "",
+        ),
         &LoadOptions::default(),
     )
     .err()

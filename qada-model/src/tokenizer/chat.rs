@@ -37,7 +37,6 @@ pub enum TemplateOrigin {
     },
 }
 
-
 /// A chat template this build renders, its default system prompt, and where it came from.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ChatTemplate {

@@ -61,28 +61,8 @@ pub(super) fn build(f: &GgufFile) -> Result<Vocabulary> {
         ])
         .into(),
         "gpt2" | "default" => ByteLevel::new(false, true, true).into(),
-        "llama-bpe" | "llama3" => Sequence::new(vec![
-            Split::new(
-                SplitPattern::Regex(LLAMA3_PATTERN.into()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            )
-            .map_err(err)?
-            .into(),
-            ByteLevel::new(false, true, false).into(),
-        ])
-        .into(),
-        "qwen2" => Sequence::new(vec![
-            Split::new(
-                SplitPattern::Regex(QWEN2_PATTERN.into()),
-                SplitDelimiterBehavior::Isolated,
-                false,
-            )
-            .map_err(err)?
-            .into(),
-            ByteLevel::new(false, true, false).into(),
-        ])
-        .into(),
+        "llama-bpe" | "llama3" => split_then_bytes(LLAMA3_PATTERN)?,
+        "qwen2" => split_then_bytes(QWEN2_PATTERN)?,
         other => {
             return Err(err(format!(
                 "pre-tokenizer {other:?} is not supported (smollm, gpt2, llama-bpe, qwen2); \
@@ -174,4 +154,19 @@ pub(super) fn build(f: &GgufFile) -> Result<Vocabulary> {
         pre,
         byte_has_token,
     })
+}
+
+/// A regex split (matches kept as pieces), then the byte-level mapping.
+fn split_then_bytes(pattern: &str) -> Result<PreTokenizerWrapper> {
+    let split = Split::new(
+        SplitPattern::Regex(pattern.into()),
+        SplitDelimiterBehavior::Isolated,
+        false,
+    )
+    .map_err(err)?;
+    Ok(Sequence::new(vec![
+        split.into(),
+        ByteLevel::new(false, true, false).into(),
+    ])
+    .into())
 }

@@ -189,3 +189,29 @@ pub fn check_logits_and_greedy(m: &qada_model::Model, r: &serde_json::Value, tol
     }
     worst
 }
+
+/// The file of a model fetched by `bash scripts/setup.sh --model NAME`. Missing means the
+/// setup script was not run: fail loudly, never skip.
+pub fn fetched_model(name: &str) -> PathBuf {
+    let rel = match name {
+        "qwen2.5-0.5b" => "models/qwen2.5-0.5b/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
+        "gemma3-270m" => "models/gemma3-270m/gemma-3-270m-Q4_K_M.gguf",
+        other => panic!("no test model named {other}"),
+    };
+    let p = repo_root().join(rel);
+    assert!(
+        p.exists(),
+        "{} is missing: run `bash scripts/setup.sh --model {name}` first",
+        p.display()
+    );
+    p
+}
+
+/// A model with f32 weights (the exact reference path).
+pub fn load_f32(path: &std::path::Path) -> qada_model::Model {
+    let opts = qada_model::LoadOptions {
+        weights: qada_model::WeightFormat::F32,
+        ..Default::default()
+    };
+    qada_model::Model::load(path, &opts).unwrap()
+}
