@@ -6,7 +6,7 @@
 //!   derived from the scores (`merges.rs`, which finds the splits of a piece with
 //!   `piece_index.rs`).
 //!
-//! Both give a [`Vocabulary`]; what they share is read here: BOS, EOS and unknown ids, whether to
+//! Both give a `Vocabulary`; what they share is read here: BOS, EOS and unknown ids, whether to
 //! add a BOS, and the chat template (`chat.rs`). [`Tokenizer::encode`] is the one place a BOS is
 //! added, when `tokenizer.ggml.add_bos_token` says so: chat templates render without it, and
 //! [`Tokenizer::decode`] drops that BOS again, so that `decode(encode(x)) == x`.
