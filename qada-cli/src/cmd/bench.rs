@@ -1,4 +1,9 @@
-//! `qada bench`: decode throughput at given depths, dense against adaptive, in one process.
+//! `qada bench`: prefill and decode throughput at given depths, dense against adaptive, in
+//! one process.
+//!
+//! Prefill (`--pp N`, as llama-bench's `pp`): `N` tokens run after `depth` tokens of context,
+//! timed once per depth; the decode runs start from the context of `depth` tokens, not after
+//! the timed block.
 //!
 //! For every depth the context is real corpus text (the evaluation part), prefilled once; then
 //! dense and adaptive decoding alternate from the same checkpoint, `--reps` times each, and the
@@ -32,6 +37,9 @@ pub struct Args {
     /// Tokens decoded per run.
     #[arg(long, default_value_t = 32)]
     new_tokens: usize,
+    /// Tokens of the timed prefill block after each depth (0: no prefill timing).
+    #[arg(long, default_value_t = 512)]
+    pp: usize,
     /// Runs of each mode per depth (alternating dense, adaptive).
     #[arg(long, default_value_t = 3)]
     reps: usize,
@@ -116,6 +124,12 @@ pub fn run(a: Args) -> CliResult<()> {
             a.new_tokens
         ));
     }
+    if let Some(&d) = a.depth.iter().find(|&&d| d + a.pp > ctx) {
+        return fail(format!(
+            "depth {d} plus --pp {} exceeds the context length {ctx}",
+            a.pp
+        ));
+    }
     let corpus = Corpus::load(a.corpus.as_deref())?;
     let text = corpus.running_text(Part::Evaluation, ctx * 8, 3);
     let all = model.tokenizer.encode(&text)?;
@@ -136,11 +150,28 @@ pub fn run(a: Args) -> CliResult<()> {
     let runs_per_depth = a.reps * 2 + usize::from(a.ceiling);
     let pb = progress_bar((a.depth.len() * runs_per_depth) as u64, "bench");
     let mut results = Vec::new();
+    if all.len() < ctx {
+        return fail(format!(
+            "the evaluation corpus gives {} tokens, fewer than the context length {ctx}",
+            all.len()
+        ));
+    }
     for &depth in &a.depth {
-        let prompt = &all[..depth.max(1)];
         session.start_over(Box::new(Dense), MomentsMode::Update)?;
-        session.prefill(prompt, &mut |_, _| {})?;
+        let mut pp_secs = f64::NAN;
+        if depth == 0 && a.pp > 0 {
+            let t0 = Instant::now();
+            session.prefill(&all[..a.pp], &mut |_, _| {})?;
+            pp_secs = t0.elapsed().as_secs_f64();
+            session.start_over(Box::new(Dense), MomentsMode::Update)?;
+        }
+        session.prefill(&all[..depth.max(1)], &mut |_, _| {})?;
         let cp = session.checkpoint();
+        if depth > 0 && a.pp > 0 {
+            let t0 = Instant::now();
+            session.prefill(&all[depth..depth + a.pp], &mut |_, _| {})?;
+            pp_secs = t0.elapsed().as_secs_f64();
+        }
         let mut speeds = [Vec::new(), Vec::new()];
         let mut sparsity = f64::NAN;
         let mut kv_bytes = [0.0f64; 2];
@@ -154,7 +185,8 @@ pub fn run(a: Args) -> CliResult<()> {
                 let secs = decode_from(&mut session, &cp, criterion, moments, a.new_tokens)?;
                 speed.push(a.new_tokens as f64 / secs);
                 let acc = session.accounting();
-                kv_bytes[mode] = acc.kv_bytes / a.new_tokens as f64;
+                // sliding-window layers read their window whatever the criterion says
+                kv_bytes[mode] = (acc.kv_bytes + acc.sliding_kv_bytes) / a.new_tokens as f64;
                 if mode == 1 {
                     sparsity = acc.sparsity();
                 }
@@ -175,7 +207,7 @@ pub fn run(a: Args) -> CliResult<()> {
             decode_from(&mut session, &cp, oracle, None, a.new_tokens)?;
             pb.inc(1);
             let acc = session.accounting();
-            let bytes = weight_bytes + acc.kv_bytes / a.new_tokens as f64;
+            let bytes = weight_bytes + (acc.kv_bytes + acc.sliding_kv_bytes) / a.new_tokens as f64;
             json!({
                 "oracle_sparsity": acc.sparsity(),
                 "oracle_bytes_per_token": bytes,
@@ -187,6 +219,8 @@ pub fn run(a: Args) -> CliResult<()> {
         };
         let mut row = json!({
             "depth": depth,
+            "prefill_tokens": a.pp,
+            "prefill_tokens_per_s": a.pp as f64 / pp_secs,
             "dense_decode_tokens_per_s": dense,
             "dense_range": [lo_d, hi_d],
             "adaptive_decode_tokens_per_s": adaptive,
@@ -211,15 +245,17 @@ pub fn run(a: Args) -> CliResult<()> {
         return Ok(());
     }
     println!(
-        "decode tokens/s, median of {} runs of {} tokens (range); adaptive = {}; read bandwidth {:.1} GB/s",
+        "prefill tokens/s of {} tokens after the depth (dense); decode tokens/s, median of {} runs of {} tokens (range); adaptive = {}; read bandwidth {:.1} GB/s",
+        a.pp,
         a.reps,
         a.new_tokens,
         adaptive_name,
         bandwidth / 1e9
     );
     println!(
-        "{:>6} | {:>22} | {:>22} | {:>7} | {:>8} | {:>9} | {:>9} | {:>9} | {:>9}",
+        "{:>6} | {:>8} | {:>22} | {:>22} | {:>7} | {:>8} | {:>9} | {:>9} | {:>9} | {:>9}",
         "depth",
+        format!("pp{}", a.pp),
         "dense",
         "adaptive",
         "speedup",
@@ -239,8 +275,9 @@ pub fn run(a: Args) -> CliResult<()> {
             )
         };
         println!(
-            "{:>6} | {:>7.1} {:>14} | {:>7.1} {:>14} | {:>6.2}x | {:>8.3} | {:>9.1} | {:>9.1} | {:>9.1} | {:>9.1}",
+            "{:>6} | {:>8.1} | {:>7.1} {:>14} | {:>7.1} {:>14} | {:>6.2}x | {:>8.3} | {:>9.1} | {:>9.1} | {:>9.1} | {:>9.1}",
             r["depth"].as_u64().unwrap_or(0),
+            f("prefill_tokens_per_s"),
             f("dense_decode_tokens_per_s"),
             range("dense_range"),
             f("adaptive_decode_tokens_per_s"),
