@@ -255,12 +255,16 @@ fn bench_reports_speed_bytes_and_the_oracle_ceiling() {
         "--local",
         "32",
         "--ceiling",
+        "--pp",
+        "64",
         "--json",
     ]));
     let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
     let r = &rows[0];
     let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
     assert_eq!(r["depth"], 600);
+    assert_eq!(r["prefill_tokens"], 64);
+    assert!(f("prefill_tokens_per_s") > 0.0);
     assert!(f("dense_decode_tokens_per_s") > 0.0 && f("adaptive_decode_tokens_per_s") > 0.0);
     let ratio = f("adaptive_decode_tokens_per_s") / f("dense_decode_tokens_per_s");
     assert!((f("speedup") - ratio).abs() < 1e-9);

@@ -116,6 +116,53 @@ fn generate_json_has_every_field_and_matches_the_reference_continuation() {
     assert_eq!(v["per_layer_sparsity"].as_array().unwrap().len(), 30);
 }
 
+/// Gemma 3 end to end: a file without a chat template gets the family's published one (named
+/// on stderr), BOS and turn tokens as the reference's chat prompt, and the reference's greedy
+/// continuation with the criterion deciding on the global layers only.
+#[test]
+fn gemma_generates_the_reference_chat_continuation_with_its_family_template() {
+    let o = qada(&[
+        "generate",
+        "--model",
+        "gemma3-270m",
+        "What is the capital of France? Answer in one sentence.",
+        "--max-new-tokens",
+        "24",
+        "--json",
+        "--criterion",
+        "dense",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("chat template: gemma (the gemma3 family's published template"),
+        "{}",
+        stderr(&o)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ids = |k: &str| -> Vec<u64> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(
+        ids("prompt_ids"),
+        [
+            2, 105, 2364, 107, 3689, 563, 506, 5279, 529, 7001, 236881, 25685, 528, 886, 13315,
+            236761, 106, 107, 105, 4368, 107
+        ]
+    );
+    assert_eq!(
+        ids("generated_ids"),
+        [
+            3689, 563, 506, 5279, 529, 7001, 236881, 25685, 528, 886, 13315, 236761, 107, 179938,
+            107, 3689, 563, 506, 5279, 529, 7001, 236881, 25685, 528
+        ]
+    );
+    assert_eq!(v["global_layers"], serde_json::json!([5, 11, 17]));
+}
+
 #[test]
 fn tokenize_prints_the_reference_ids() {
     let m = model();
