@@ -102,6 +102,31 @@ fn hostile_model_files_fail_cleanly_under_a_memory_limit() {
     let mut w = GgufWriter::new();
     w.meta("general.architecture", Value::String("mamba".into()));
     cases.push(("arch", w.to_bytes(), "unsupported architecture \"mamba\""));
+    // Gemma 3 keys no decoder can have: an absurd head dimension, a sliding window of 0
+    for (key, v, needle) in [
+        (
+            "gemma3.attention.key_length",
+            Value::U64(1 << 40),
+            "\"gemma3.attention.key_length\" = 1099511627776",
+        ),
+        (
+            "gemma3.attention.sliding_window",
+            Value::U32(0),
+            "\"gemma3.attention.sliding_window\" = 0",
+        ),
+    ] {
+        let mut w = GgufWriter::new();
+        w.meta("general.architecture", Value::String("gemma3".into()))
+            .meta("gemma3.block_count", Value::U32(6))
+            .meta("gemma3.context_length", Value::U32(64))
+            .meta("gemma3.embedding_length", Value::U32(8))
+            .meta("gemma3.feed_forward_length", Value::U32(16))
+            .meta("gemma3.attention.head_count", Value::U32(2))
+            .meta("gemma3.attention.layer_norm_rms_epsilon", Value::F32(1e-6))
+            .meta("gemma3.vocab_size", Value::U32(2))
+            .meta(key, v);
+        cases.push(("gemma-meta", w.to_bytes(), needle));
+    }
     // NaN in a weight
     let mut w = tiny_llama();
     w.tensor_f32("token_embd.weight", &[8, 2], &[f32::NAN; 16]);
@@ -122,7 +147,10 @@ fn hostile_model_files_fail_cleanly_under_a_memory_limit() {
         ] {
             let (ok, err) = limited(&args);
             let is_inspect_of_loadable = args[0] == "inspect"
-                && (*name == "no-weights" || *name == "arch" || *name == "nan");
+                && (*name == "no-weights"
+                    || *name == "arch"
+                    || *name == "nan"
+                    || *name == "gemma-meta");
             if is_inspect_of_loadable {
                 // inspect only reads metadata: these files are readable
                 assert!(!err.contains("panicked"), "{name}: {err}");
