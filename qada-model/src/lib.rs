@@ -66,6 +66,7 @@ pub use tokenizer::{ChatFormat, ChatTemplate, StreamDecoder, TemplateOrigin, Tok
 mod block;
 pub mod model;
 pub mod ops;
+mod prefill_attention;
 pub mod session;
 
 pub use model::{LoadOptions, Model, WeightFormat};

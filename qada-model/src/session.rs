@@ -7,17 +7,15 @@ use qada_core::{
 use qada_kv::{
     CacheCheckpoint, CacheShape, HeadView, KvCache, KvDtype, LayerView, MomentsMode, WindowConfig,
 };
-use qada_stats::Rows;
-use rayon::prelude::*;
 
 use crate::block::{self, Attend, Buffers};
 use crate::model::Model;
-use crate::ops::{gemm_strided, rms_norm};
+use crate::ops::rms_norm;
 use crate::{ModelError, Result};
 
 /// Tokens per prefill block: large enough for gemm to run at full speed and to amortize
-/// dequantizing weight tiles once per block, small enough that the `block x T` score matrices
-/// (16 MiB per head at 8k context) stay small.
+/// dequantizing weight tiles once per block; attention runs over key tiles with a running
+/// softmax, so its memory does not grow with the context.
 pub const PREFILL_BLOCK: usize = 512;
 
 /// How a session decodes.
@@ -82,14 +80,6 @@ pub struct Session<'m> {
     layer_scratch: LayerScratch,
     scores: Vec<f32>,
     decisions: Vec<Decision>,
-}
-
-/// Rows as f32: borrowed when they are, converted when the cache holds f16.
-fn as_f32(r: Rows<'_>) -> std::borrow::Cow<'_, [f32]> {
-    match r {
-        Rows::F32(x) => std::borrow::Cow::Borrowed(x),
-        Rows::F16(x) => std::borrow::Cow::Owned(x.iter().map(|v| v.to_f32()).collect()),
-    }
 }
 
 /// Borrow a KV head's three segments as qada-core reads them.
@@ -422,70 +412,8 @@ impl Attend for PrefillAttention<'_> {
         self.cache.append(layer, k, v)?;
         let c = &self.model.config;
         let window = c.layers[layer].span.window();
-        prefill_attention(c, self.cache, layer, window, q, n, pos0, out)
+        crate::prefill_attention::prefill_attention(c, self.cache, layer, window, q, n, pos0, out)
     }
-}
-
-/// Causal dense attention of a block of `n` queries at positions `pos0..pos0 + n` over the
-/// cached positions each may see: `max(0, p - W + 1) ..= p` with a sliding window `W`, else
-/// `0 ..= p`. gemm per query head, heads in parallel.
-#[allow(clippy::too_many_arguments)]
-fn prefill_attention(
-    c: &crate::ModelConfig,
-    cache: &KvCache,
-    layer: usize,
-    window: Option<usize>,
-    q: &[f32],
-    n: usize,
-    pos0: usize,
-    out: &mut [f32],
-) -> Result<()> {
-    let d = c.head_dim;
-    let qd = c.n_heads * d;
-    let group = c.n_heads / c.n_kv_heads;
-    let scale = c.attention_scale;
-    let views: Vec<HeadView<'_>> = (0..c.n_kv_heads)
-        .map(|g| cache.head(layer, g))
-        .collect::<std::result::Result<_, _>>()?;
-    let heads: Vec<Vec<f32>> = (0..c.n_heads)
-        .into_par_iter()
-        .map(|h| {
-            let view = &views[h / group];
-            // kept rows hold positions first .. pos0 + n
-            let first = view.first_position();
-            let t = pos0 + n - first;
-            let (keys, values) = (as_f32(view.keys()), as_f32(view.values()));
-            let (keys, values): (&[f32], &[f32]) = (&keys, &values);
-            let mut s = vec![0.0f32; n * t];
-            // S = Q_h K^T: (n x d) (d x t)
-            gemm_strided(n, t, d, &mut s, t, &q[h * d..], qd, 1, keys, 1, d);
-            for i in 0..n {
-                let row = &mut s[i * t..(i + 1) * t];
-                let end = pos0 + i + 1 - first;
-                let start = window.map_or(0, |w| (pos0 + i + 1).saturating_sub(w + first));
-                let mut m = f32::NEG_INFINITY;
-                for r in row[start..end].iter_mut() {
-                    *r *= scale;
-                    m = m.max(*r);
-                }
-                let z = qada_core::attention::exp_in_place(&mut row[start..end], m);
-                let inv = 1.0 / z;
-                row[start..end].iter_mut().for_each(|r| *r *= inv);
-                row[..start].iter_mut().for_each(|r| *r = 0.0);
-                row[end..].iter_mut().for_each(|r| *r = 0.0);
-            }
-            // O_h = P V: (n x t) (t x d)
-            let mut o = vec![0.0f32; n * d];
-            gemm_strided(n, d, t, &mut o, d, &s, t, 1, values, d, 1);
-            o
-        })
-        .collect();
-    for (h, o) in heads.iter().enumerate() {
-        for i in 0..n {
-            out[i * qd + h * d..i * qd + (h + 1) * d].copy_from_slice(&o[i * d..(i + 1) * d]);
-        }
-    }
-    Ok(())
 }
 
 /// A decoding step's attention: append the token's key and value, then on a global layer let
