@@ -55,8 +55,6 @@ pub struct ModelConfig {
     pub context_length: usize,
     /// Vocabulary size.
     pub vocab_size: usize,
-    /// Tokens a sliding layer sees (`{arch}.attention.sliding_window`), when it has any.
-    pub sliding_window: Option<usize>,
     /// Factor on `q . k` before the softmax.
     pub attention_scale: f32,
     /// Factor on token embeddings before the first layer (1 for most families).
@@ -202,7 +200,7 @@ impl ModelConfig {
             false => f.get_array("tokenizer.ggml.tokens")?.len(),
         };
         let context_length = m.dim("context_length")?;
-        let (sliding_window, layers) = layer_specs(&m, n_layers, context_length)?;
+        let layers = layer_specs(&m, n_layers, context_length)?;
         let attention_scale = match family.query_scale {
             QueryScale::InvSqrtHeadDim => 1.0 / (head_dim as f32).sqrt(),
             QueryScale::Gemma3 if n_layers == 62 => 1.0 / ((n_embd / n_heads) as f32).sqrt(),
@@ -222,7 +220,6 @@ impl ModelConfig {
             rms_eps,
             context_length,
             vocab_size,
-            sliding_window,
             attention_scale,
             embedding_scale: if family.scale_embedding {
                 (n_embd as f32).sqrt()
@@ -236,6 +233,12 @@ impl ModelConfig {
     /// Indices of the layers whose queries see the whole context.
     pub fn global_layers(&self) -> impl Iterator<Item = usize> + '_ {
         (0..self.n_layers).filter(|&l| self.layers[l].is_global())
+    }
+
+    /// Tokens a sliding layer sees (`{arch}.attention.sliding_window`), when the model has
+    /// sliding layers.
+    pub fn sliding_window(&self) -> Option<usize> {
+        self.layers.iter().find_map(|l| l.span.window())
     }
 
     /// Every layer's span, as the cache takes them.
@@ -286,17 +289,13 @@ fn rope_scaling(m: &Meta<'_>) -> Result<f64> {
 /// The per-layer description: spans from `{arch}.attention.sliding_window` and the family's
 /// pattern (or the file's `{arch}.attention.sliding_window_pattern`), RoPE bases of the
 /// sliding layers.
-fn layer_specs(
-    m: &Meta<'_>,
-    n_layers: usize,
-    context_length: usize,
-) -> Result<(Option<usize>, Vec<LayerSpec>)> {
+fn layer_specs(m: &Meta<'_>, n_layers: usize, context_length: usize) -> Result<Vec<LayerSpec>> {
     let global = LayerSpec {
         span: LayerSpan::Full,
         local_rope_base: None,
     };
     if !m.has("attention.sliding_window") {
-        return Ok((None, vec![global; n_layers]));
+        return Ok(vec![global; n_layers]);
     }
     let Some(family) = Family::by_name(m.arch).and_then(|f| f.sliding) else {
         return Err(bad(
@@ -348,7 +347,7 @@ fn layer_specs(
             (0..n_layers).map(|l| (l + 1) % every != 0).collect()
         }
     };
-    let layers = sliding_layer
+    Ok(sliding_layer
         .into_iter()
         .map(|s| match s {
             true => LayerSpec {
@@ -357,6 +356,5 @@ fn layer_specs(
             },
             false => global,
         })
-        .collect();
-    Ok((Some(window), layers))
+        .collect())
 }

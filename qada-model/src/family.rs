@@ -125,16 +125,6 @@ impl Family {
         FAMILIES.iter().copied().find(|f| f.name == name)
     }
 
-    /// The name used as metadata key prefix.
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
-    /// RoPE pairing.
-    pub fn rope_style(&self) -> RopeStyle {
-        self.rope_style
-    }
-
     /// Names of every family, for error messages.
     pub fn names() -> String {
         FAMILIES.map(|f| f.name).join(", ")

@@ -4,10 +4,15 @@ use rayon::prelude::*;
 
 use crate::family::{Activation, RopeStyle};
 
+/// `1 / sqrt(mean(x^2) + eps)`, the sum of squares in f64.
+fn rms_factor(x: &[f32], eps: f32) -> f32 {
+    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    (1.0 / (ss / x.len() as f64 + eps as f64).sqrt()) as f32
+}
+
 /// `y = x / sqrt(mean(x^2) + eps) * w` (sum of squares in f64).
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
-    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
-    let inv = (1.0 / (ss / x.len() as f64 + eps as f64).sqrt()) as f32;
+    let inv = rms_factor(x, eps);
     for ((o, &xi), &wi) in y.iter_mut().zip(x).zip(w) {
         *o = xi * inv * wi;
     }
@@ -15,8 +20,7 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
 
 /// [`rms_norm`] in place.
 pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
-    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
-    let inv = (1.0 / (ss / x.len() as f64 + eps as f64).sqrt()) as f32;
+    let inv = rms_factor(x, eps);
     for (o, &wi) in x.iter_mut().zip(w) {
         *o = *o * inv * wi;
     }
@@ -70,12 +74,13 @@ pub fn rope(x: &[f32], y: &mut [f32], pos: usize, base: f64, rope_dim: usize, st
 
 /// Sin and cos of every RoPE angle at one position, `rope_dim / 2` pairs.
 pub fn rope_table(pos: usize, base: f64, rope_dim: usize, out: &mut Vec<(f32, f32)>) {
-    out.clear();
-    for j in 0..rope_dim / 2 {
-        let theta = pos as f64 * base.powf(-2.0 * j as f64 / rope_dim as f64);
-        let (s, c) = theta.sin_cos();
-        out.push((s as f32, c as f32));
-    }
+    let rope = Rope {
+        base,
+        dim: rope_dim,
+        factor: 1.0,
+        style: RopeStyle::Halves, // the table does not depend on the pairing
+    };
+    rope.table(pos, out)
 }
 
 /// Apply precomputed RoPE angles in place to every head of `x` (heads of `head_dim`).

@@ -1,8 +1,7 @@
 //! Running the model: dense prefill in blocks, then one adaptive decoding step per token.
 
-use qada_core::attention::dense_attention;
 use qada_core::{
-    attend_layer, Accounting, Decision, KvSegments, LayerKv, LayerScratch, LocalityCriterion,
+    attend_layer, Accounting, Decision, Dense, KvSegments, LayerKv, LayerScratch, LocalityCriterion,
 };
 use qada_kv::{
     CacheCheckpoint, CacheShape, HeadView, KvCache, KvDtype, LayerView, MomentsMode, WindowConfig,
@@ -78,7 +77,6 @@ pub struct Session<'m> {
     rows: Buffers,
     logits: Vec<f32>,
     layer_scratch: LayerScratch,
-    scores: Vec<f32>,
     decisions: Vec<Decision>,
 }
 
@@ -134,7 +132,6 @@ impl<'m> Session<'m> {
             rows: Buffers::new(model, 1),
             logits: vec![0.0; c.vocab_size],
             layer_scratch: LayerScratch::new(),
-            scores: Vec::new(),
             decisions: vec![Decision::LONG; c.n_heads],
         })
     }
@@ -380,7 +377,6 @@ impl<'m> Session<'m> {
             criterion: self.criterion.as_ref(),
             accounting: &mut self.accounting,
             layer_scratch: &mut self.layer_scratch,
-            scores: &mut self.scores,
             decisions: &mut self.decisions,
             observer,
         };
@@ -425,7 +421,6 @@ struct DecodeAttention<'s, 'o> {
     criterion: &'s dyn LocalityCriterion,
     accounting: &'s mut Accounting,
     layer_scratch: &'s mut LayerScratch,
-    scores: &'s mut Vec<f32>,
     decisions: &'s mut [Decision],
     observer: Option<&'o mut (dyn StepObserver + Send)>,
 }
@@ -448,16 +443,22 @@ impl Attend for DecodeAttention<'_, '_> {
         let layer = CacheLayer(self.cache.layer(l)?);
         let head0 = layer.0.head(0);
         if !c.layers[l].is_global() {
-            // the cache shows a sliding layer's last W positions as its window
-            let group = c.n_heads / c.n_kv_heads;
-            let segs: Vec<KvSegments<'_>> = (0..c.n_kv_heads).map(|g| layer.segments(g)).collect();
-            for (h, o) in out.chunks_exact_mut(d).enumerate() {
-                let qh = &q[h * d..(h + 1) * d];
-                dense_attention(qh, &segs[h / group], scale, self.scores, o);
-            }
-            let len = segs[0].window_keys.n_rows(d);
+            // the cache shows a sliding layer's last W positions as its window (no bulk):
+            // dense attention over it, no decision to record
+            attend_layer(
+                &Dense,
+                l,
+                q,
+                &layer,
+                scale,
+                self.layer_scratch,
+                out,
+                self.decisions,
+            )?;
+            let len = head0.split().window.len();
+            let bytes = head0.keys().elem_bytes();
             self.accounting
-                .record_sliding_layer(len, d, c.n_kv_heads, head0.keys().elem_bytes());
+                .record_sliding_layer(len, d, c.n_kv_heads, bytes);
             return Ok(());
         }
         attend_layer(

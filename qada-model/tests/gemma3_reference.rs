@@ -45,7 +45,7 @@ fn hyper_parameters_are_read_from_the_file_and_the_published_configuration() {
     let m = model();
     let c = &m.config;
     let a = &reference()["arch"];
-    assert_eq!(c.family.name(), "gemma3");
+    assert_eq!(c.family.name, "gemma3");
     let want = |k: &str| a[k].as_u64().unwrap() as usize;
     assert_eq!(
         (c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.n_embd),
@@ -58,7 +58,7 @@ fn hyper_parameters_are_read_from_the_file_and_the_published_configuration() {
         )
     );
     assert_eq!(c.vocab_size, want("vocab_size"));
-    assert_eq!(c.sliding_window, Some(want("sliding_window")));
+    assert_eq!(c.sliding_window(), Some(want("sliding_window")));
     for (l, kind) in a["layer_types"].as_array().unwrap().iter().enumerate() {
         let global = kind == "full_attention";
         assert_eq!(c.layers[l].is_global(), global, "layer {l}");

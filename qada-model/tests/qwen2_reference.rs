@@ -39,7 +39,7 @@ fn model() -> &'static Model {
 fn hyper_parameters_are_read_from_the_file() {
     let c = &model().config;
     let a = &reference()["arch"];
-    assert_eq!(c.family.name(), "qwen2");
+    assert_eq!(c.family.name, "qwen2");
     let want = |k: &str| a[k].as_u64().unwrap() as usize;
     assert_eq!(
         (c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim, c.n_embd),

@@ -204,7 +204,7 @@ pub fn run(a: Args) -> CliResult<()> {
             e,
             "sliding-window layers: {sliding} of {n_layers} read their last {} tokens by construction \
              ({:.1} MB of K/V over the run; not decided, not counted above)",
-            model.config.sliding_window.unwrap_or(0),
+            model.config.sliding_window().unwrap_or(0),
             acc.sliding_kv_bytes / 1e6
         );
     }

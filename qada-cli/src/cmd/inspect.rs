@@ -42,7 +42,7 @@ pub fn run(a: Args) -> CliResult<()> {
                 "model: {} family, {} layers, width {}, {} heads over {} KV heads of dimension {}, MLP {}, context {}, rope base {}, vocabulary {}",
                 c.family.name, c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim, c.n_ff, c.context_length, c.rope_base, c.vocab_size
             );
-            if let Some(w) = c.sliding_window {
+            if let Some(w) = c.sliding_window() {
                 let global: Vec<String> = c.global_layers().map(|l| l.to_string()).collect();
                 let local_base = c.layers.iter().find_map(|l| l.local_rope_base);
                 println!(
