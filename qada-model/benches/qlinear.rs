@@ -1,8 +1,7 @@
 //! The quantized products of decoding: one row and one whole matrix-vector product.
-//! Q4_1 and Q8_0 with f32 activations (the default) and int8 activations at SmolLM2's shapes
-//! (576 columns, the 1536 x 576 up projection); Q4_0 and Q5_0 with f32 activations at the same
-//! shapes; Q4_K, Q5_K and Q6_K (256-value blocks) with f32 activations at Qwen2.5-0.5B's down
-//! projection (4864 columns, 896 x 4864).
+//! Every type with kernels, with f32 activations (the default) and int8 activations: the
+//! 32-value types at SmolLM2's shapes (576 columns, the 1536 x 576 up projection), Q4_K, Q5_K
+//! and Q6_K (256-value blocks) at Qwen2.5-0.5B's down projection (4864 columns, 896 x 4864).
 //!
 //! `cargo bench -p qada-model --bench qlinear`
 
@@ -51,15 +50,17 @@ fn blocks(ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
 
 fn products(c: &mut Criterion) {
     let mut group = c.benchmark_group("qlinear");
+    let both = &[ActPrecision::F32, ActPrecision::Int8][..];
     let cases = [
-        (GgmlType::Q4_1, &[ActPrecision::F32, ActPrecision::Int8][..]),
-        (GgmlType::Q8_0, &[ActPrecision::F32, ActPrecision::Int8][..]),
-        (GgmlType::Q4_0, &[ActPrecision::F32][..]),
-        (GgmlType::Q5_0, &[ActPrecision::F32][..]),
-        (GgmlType::Q4_K, &[ActPrecision::F32][..]),
-        (GgmlType::Q5_K, &[ActPrecision::F32][..]),
-        (GgmlType::Q6_K, &[ActPrecision::F32][..]),
-    ];
+        GgmlType::Q4_1,
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ]
+    .map(|ty| (ty, both));
     for (ty, precisions) in cases {
         let (rows, cols) = shape(ty);
         let x: Vec<f32> = (0..cols).map(|i| (i as f32 * 0.37).sin()).collect();

@@ -10,6 +10,8 @@
 //! the K-quants' scales) and 12 blocks a row, about `50 * 2^-24 M = 3e-6 M`; a wrong nibble,
 //! bit, sign or scale moves the result by a sizeable fraction of `M`.
 //!
+//! (c) below: int8 activations stay within their rounding of the f32 product.
+//!
 //! (b) Wrong lengths are an error, never a panic: rows that are not whole blocks or do not
 //! match the activations, layers whose data, bias, activations or outputs have another length.
 
@@ -227,30 +229,54 @@ proptest! {
         check_agreement(GgmlType::Q6_K, ActPrecision::F32, &blocks, &x);
     }
 
-    /// Types without an int8 kernel multiply the f32 activations at Int8 precision too.
     #[test]
-    fn k_quant_and_q5_0_kernels_agree_at_int8_precision(
-        (ty, (blocks, x)) in prop::sample::select(
-            &[GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K][..]
-        ).prop_flat_map(|ty| (Just(ty), row_and_x(ty)))
+    fn int8_kernels_agree(
+        (ty, (blocks, x)) in int8_types().prop_flat_map(|ty| (Just(ty), row_and_x(ty)))
     ) {
         check_agreement(ty, ActPrecision::Int8, &blocks, &x);
     }
 
+    /// (c) Int8 activations move the product by at most their rounding: `|x - d_x q_x| <=
+    /// d_x / 2 = amax / 254` per value, so `|int8 - f32| <= M / 254` plus the f32 roundings
+    /// (`2e-5 M`). A wrong quant, bit, scale or activation block breaks it.
     #[test]
-    fn q4_1_int8_kernels_agree((blocks, x) in row_and_x(GgmlType::Q4_1)) {
-        check_agreement(GgmlType::Q4_1, ActPrecision::Int8, &blocks, &x);
+    fn int8_activations_move_a_row_by_at_most_their_rounding(
+        (ty, (blocks, x)) in int8_types().prop_flat_map(|ty| (Just(ty), row_and_x(ty))),
+        detected in any::<bool>(),
+    ) {
+        let kernels = if detected { Kernels::detect() } else { Kernels::Portable };
+        let row = blocks.concat();
+        let (mut f, mut i) = (Q8Acts::new(ActPrecision::F32), Q8Acts::new(ActPrecision::Int8));
+        f.quantize(&x);
+        i.quantize(&x);
+        let exact = dot_row(ty, &row, &f, Kernels::Portable).unwrap() as f64;
+        let int8 = dot_row(ty, &row, &i, kernels).unwrap() as f64;
+        let m = magnitude(ty, &blocks, &x);
+        let bound = m / 254.0 + 2e-5 * m;
+        prop_assert!(
+            (int8 - exact).abs() <= bound,
+            "{} {:?}: int8 {} vs f32 {}, |diff| {} > {}", ty, kernels, int8, exact,
+            (int8 - exact).abs(), bound
+        );
     }
 
-    #[test]
-    fn q4_0_int8_kernels_agree((blocks, x) in row_and_x(GgmlType::Q4_0)) {
-        check_agreement(GgmlType::Q4_0, ActPrecision::Int8, &blocks, &x);
-    }
 
-    #[test]
-    fn q8_0_int8_kernels_agree((blocks, x) in row_and_x(GgmlType::Q8_0)) {
-        check_agreement(GgmlType::Q8_0, ActPrecision::Int8, &blocks, &x);
-    }
+
+}
+
+/// The types with int8 kernels.
+fn int8_types() -> impl Strategy<Value = GgmlType> {
+    prop::sample::select(
+        &[
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+        ][..],
+    )
 }
 
 const TYPES: [GgmlType; 14] = [

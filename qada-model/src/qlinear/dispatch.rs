@@ -114,47 +114,72 @@ pub(crate) fn dot_row_checked(ty: GgmlType, row: &[u8], a: &Q8Acts, k: Kernels) 
             // SAFETY: see above: features proven, `f` holds 32 values per block.
             unsafe { super::avx2::dot_q4_0_f32(blocks(row), &a.f) }
         }
-        // The types without an int8 kernel multiply the f32 activations at either precision.
         #[cfg(target_arch = "x86_64")]
-        (GgmlType::Q5_0, Kernels::Avx2(_), _) => {
+        (GgmlType::Q5_0, Kernels::Avx2(_), false) => {
             // SAFETY: see above: features proven, `f` holds 32 values per block.
             unsafe { super::avx2::dot_q5_0_f32(blocks(row), &a.f) }
         }
         #[cfg(target_arch = "x86_64")]
-        (GgmlType::Q4_K, Kernels::Avx2(_), _) => {
+        (GgmlType::Q4_K, Kernels::Avx2(_), false) => {
             // SAFETY: see above: features proven, `f` holds 256 values per block and `sums`
             // one sum per 32 of them.
             unsafe { super::avx2::dot_q4_k_f32(blocks(row), &a.f, &a.sums) }
         }
         #[cfg(target_arch = "x86_64")]
-        (GgmlType::Q5_K, Kernels::Avx2(_), _) => {
+        (GgmlType::Q5_K, Kernels::Avx2(_), false) => {
             // SAFETY: see above: features proven, `f` holds 256 values per block and `sums`
             // one sum per 32 of them.
             unsafe { super::avx2::dot_q5_k_f32(blocks(row), &a.f, &a.sums) }
         }
         #[cfg(target_arch = "x86_64")]
-        (GgmlType::Q6_K, Kernels::Avx2(_), _) => {
+        (GgmlType::Q6_K, Kernels::Avx2(_), false) => {
             // SAFETY: see above: features proven, `f` holds 256 values per block.
             unsafe { super::avx2::dot_q6_k_f32(blocks(row), &a.f) }
         }
         #[cfg(target_arch = "x86_64")]
         (GgmlType::Q4_1, Kernels::Avx2(_), true) => {
             // SAFETY: see above: features proven, `a` int8 with 32 quants per block.
-            unsafe { super::avx2::dot_q4_1(blocks(row), a) }
+            unsafe { super::avx2_int8::dot_q4_1(blocks(row), a) }
         }
         #[cfg(target_arch = "x86_64")]
         (GgmlType::Q4_0, Kernels::Avx2(_), true) => {
             // SAFETY: see above: features proven, `a` int8 with 32 quants per block.
-            unsafe { super::avx2::dot_q4_0(blocks(row), a) }
+            unsafe { super::avx2_int8::dot_q4_0(blocks(row), a) }
         }
         #[cfg(target_arch = "x86_64")]
         (GgmlType::Q8_0, Kernels::Avx2(_), true) => {
             // SAFETY: see above: features proven, `a` int8 with 32 quants per block.
-            unsafe { super::avx2::dot_q8_0(blocks(row), a) }
+            unsafe { super::avx2_int8::dot_q8_0(blocks(row), a) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q5_0, Kernels::Avx2(_), true) => {
+            // SAFETY: see above: features proven, `a` int8 with 32 quants per block.
+            unsafe { super::avx2_int8::dot_q5_0(blocks(row), a) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q4_K, Kernels::Avx2(_), true) => {
+            // SAFETY: see above: features proven, `a` int8 with 32 quants and one sum per 32
+            // values.
+            unsafe { super::avx2_int8::dot_q4_k(blocks(row), a) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q5_K, Kernels::Avx2(_), true) => {
+            // SAFETY: see above: features proven, `a` int8 with 32 quants and one sum per 32
+            // values.
+            unsafe { super::avx2_int8::dot_q5_k(blocks(row), a) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q6_K, Kernels::Avx2(_), true) => {
+            // SAFETY: see above: features proven, `a` int8 with 32 quants per block.
+            unsafe { super::avx2_int8::dot_q6_k(blocks(row), a) }
         }
         (GgmlType::Q4_1, _, true) => portable::dot_q4_1(blocks(row), a),
         (GgmlType::Q4_0, _, true) => portable::dot_q4_0(blocks(row), a),
         (GgmlType::Q8_0, _, true) => portable::dot_q8_0(blocks(row), a),
+        (GgmlType::Q5_0, _, true) => portable::dot_q5_0(blocks(row), a),
+        (GgmlType::Q4_K, _, true) => portable::dot_q4_k(blocks(row), a),
+        (GgmlType::Q5_K, _, true) => portable::dot_q5_k(blocks(row), a),
+        (GgmlType::Q6_K, _, true) => portable::dot_q6_k(blocks(row), a),
         (GgmlType::Q4_0, ..) => portable::dot_f32::<BlockQ4_0>(blocks(row), &a.f),
         (GgmlType::Q4_1, ..) => portable::dot_f32::<BlockQ4_1>(blocks(row), &a.f),
         (GgmlType::Q5_0, ..) => portable::dot_f32::<BlockQ5_0>(blocks(row), &a.f),

@@ -4,10 +4,10 @@
 //! multiplied in their blocks against activations prepared once per product ([`Q8Acts`]).
 //! With f32 activations (the default) Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K rows have
 //! AVX2 kernels (quants unpacked to f32 lanes by shifts and masks, FMA with the activations);
-//! with int8 activations (8 bits per 32-value block) Q4_1, Q4_0 and Q8_0 rows have integer
-//! kernels, per block `d_w d_x sum(q_w q_x)` (plus `m_w d_x sum(q_x)` for Q4_1), AVX2 or
-//! portable with the same integer sums, and Q5_0 and the K-quants keep their f32 kernels.
-//! Every other combination is dequantized block by block into a small buffer and multiplied
+//! with int8 activations (8 bits per 32-value block) the same types have integer kernels,
+//! per 32 values `d_w d_x sum(q_w q_x)` (a K-quant's sub-block scale inside `d_w`; plus
+//! `m_w` times the activations' block sum for Q4_1, Q4_K and Q5_K), AVX2 or portable with the
+//! same integer sums. Every other combination is dequantized block by block into a small buffer and multiplied
 //! in f32. F32 weights use f32 products. The AVX2 kernels run only with
 //! a token from CPU detection ([`Kernels::detect`]).
 //!
@@ -16,7 +16,8 @@
 //!
 //! Files, one idea each: `acts.rs` ([`Q8Acts`], the activations prepared once per product),
 //! `dispatch.rs` ([`Kernels`], [`dot_row`]: length checks and the choice of kernel),
-//! `avx2.rs` and `portable.rs` (the kernels), this file ([`QLinear`]: products of a whole
+//! `avx2.rs` (f32 activations), `avx2_int8.rs` (int8 activations) and `portable.rs`
+//! (the kernels), this file ([`QLinear`]: products of a whole
 //! layer, and prefill's tiles). Blocks are read through the typed views of [`crate::quant`].
 
 use rayon::prelude::*;
@@ -28,6 +29,8 @@ use crate::{ModelError, Result};
 mod acts;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_int8;
 mod dispatch;
 mod portable;
 

@@ -6,7 +6,10 @@
 //! here is bounds-checked anyway.
 
 use super::{Q8Acts, QK};
-use crate::quant::{f16_value, BlockQ4_0, BlockQ4_1, BlockQ8_0, Dequantize, GgmlType};
+use crate::quant::{
+    f16_value, scale_min_k4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ6K,
+    BlockQ8_0, Dequantize, GgmlType,
+};
 
 /// Row of any block type against f32 activations `x` (`VALUES` per block).
 pub(crate) fn dot_f32<B: Dequantize>(row: &[B], x: &[f32]) -> f32 {
@@ -78,6 +81,105 @@ pub(crate) fn dot_q8_0(row: &[BlockQ8_0], a: &Q8Acts) -> f32 {
             .map(|(&w, &x)| w as i32 * x as i32)
             .sum();
         acc += d * a.d[b] * s as f32;
+    }
+    acc
+}
+
+/// `sum(w_j q_j)` of one 32-value sub-block: `w` the weight quants (offset already applied),
+/// `q` the activations' int8 quants.
+fn isum(w: impl Iterator<Item = i32>, q: &[i8]) -> i32 {
+    w.zip(q).map(|(w, &x)| w * x as i32).sum()
+}
+
+/// One Q5_0 row against int8 activations.
+pub(crate) fn dot_q5_0(row: &[BlockQ5_0], a: &Q8Acts) -> f32 {
+    let qh_bit = |qh: u32, j: usize| (((qh >> j) & 1) << 4) as i32;
+    let mut acc = 0.0f32;
+    for (b, blk) in row.iter().enumerate() {
+        let qh = u32::from_le_bytes(blk.qh);
+        let w = (0..32).map(|j| {
+            let nib = if j < 16 {
+                blk.qs[j] & 0x0f
+            } else {
+                blk.qs[j - 16] >> 4
+            };
+            nib as i32 + qh_bit(qh, j) - 16
+        });
+        acc += f16_value(blk.d) * a.d[b] * isum(w, &a.q[b * QK..b * QK + QK]) as f32;
+    }
+    acc
+}
+
+/// One Q4_K or Q5_K row against int8 activations: `quant(blk, s, l)` is value `l` of
+/// sub-block `s`, `scales` and `d, dmin` the block's.
+fn dot_k4<B>(
+    row: &[B],
+    a: &Q8Acts,
+    parts: impl Fn(&B) -> (&[u8; 12], f32, f32),
+    quant: impl Fn(&B, usize, usize) -> i32,
+) -> f32 {
+    let mut acc = 0.0f32;
+    for (b, blk) in row.iter().enumerate() {
+        let (scales, d, dmin) = parts(blk);
+        for s in 0..8 {
+            let (sc, m) = scale_min_k4(s, scales);
+            let at = 8 * b + s;
+            let w = (0..32).map(|l| quant(blk, s, l));
+            let q = isum(w, &a.q[at * QK..at * QK + QK]);
+            acc += d * sc * a.d[at] * q as f32 - dmin * m * a.sums[at];
+        }
+    }
+    acc
+}
+
+/// One Q4_K row against int8 activations.
+pub(crate) fn dot_q4_k(row: &[BlockQ4K], a: &Q8Acts) -> f32 {
+    dot_k4(
+        row,
+        a,
+        |blk| (&blk.scales, f16_value(blk.d), f16_value(blk.dmin)),
+        |blk, s, l| {
+            let byte = blk.qs[32 * (s / 2) + l];
+            (if s % 2 == 0 { byte & 0x0f } else { byte >> 4 }) as i32
+        },
+    )
+}
+
+/// One Q5_K row against int8 activations.
+pub(crate) fn dot_q5_k(row: &[BlockQ5K], a: &Q8Acts) -> f32 {
+    dot_k4(
+        row,
+        a,
+        |blk| (&blk.scales, f16_value(blk.d), f16_value(blk.dmin)),
+        |blk, s, l| {
+            let byte = blk.qs[32 * (s / 2) + l];
+            let low = if s % 2 == 0 { byte & 0x0f } else { byte >> 4 };
+            low as i32 + (((blk.qh[l] >> s) & 1) << 4) as i32
+        },
+    )
+}
+
+/// One Q6_K row against int8 activations (value order as `avx2_int8::dot_q6_k`).
+pub(crate) fn dot_q6_k(row: &[BlockQ6K], a: &Q8Acts) -> f32 {
+    let mut acc = 0.0f32;
+    for (b, blk) in row.iter().enumerate() {
+        let d = f16_value(blk.d);
+        for n in 0..2 {
+            for i in 0..4 {
+                let at = 8 * b + 4 * n + i;
+                let q = &a.q[at * QK..at * QK + QK];
+                let mut s = 0i32;
+                for (l, &x) in q.iter().enumerate() {
+                    let byte = blk.ql[64 * n + 32 * (i % 2) + l];
+                    let low = if i < 2 { byte & 0x0f } else { byte >> 4 };
+                    let high = (blk.qh[32 * n + l] >> (2 * i)) & 3;
+                    let w = (low | (high << 4)) as i32 - 32;
+                    let sc = blk.scales[8 * n + 2 * i + l / 16] as i32;
+                    s += sc * w * x as i32;
+                }
+                acc += d * a.d[at] * s as f32;
+            }
+        }
     }
     acc
 }

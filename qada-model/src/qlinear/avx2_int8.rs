@@ -1,0 +1,315 @@
+//! AVX2 kernels against int8 activations ([`super::ActPrecision::Int8`]): per 32 values,
+//! unsigned (or sign-moved) weight quants times the activations' int8 quants by
+//! `vpmaddubsw` / `vpmaddwd` into eight i32 lanes, converted once and scaled by the weight's
+//! and the activations' block scales. The integer sums are exact; only the activations'
+//! 8-bit rounding differs from the f32 kernels of `avx2.rs`.
+//!
+//! Weight blocks of 256 values (the K-quants) meet eight activation blocks of 32: each
+//! sub-block of 32 weights lines up with one activation block, so every product is
+//! `d_w sc_s d_x sum(q_w q_x)` over one sub-block (16-value groups of Q6_K take their scale
+//! inside the integer sum, `vpmaddwd` by the scales). Minimums (Q4_1, Q4_K, Q5_K) multiply the
+//! sums of the activations, exact f32 for the K-quants.
+//!
+//! Every kernel is `unsafe` and `#[target_feature(enable = "avx2,fma,f16c")]`: the caller holds
+//! a [`qada_stats::simd::Avx2`] token and has checked that `a` covers the row (`dispatch`).
+
+use std::arch::x86_64::*;
+
+use qada_stats::simd::x86::hsum;
+
+use super::avx2::f16;
+use super::{Q8Acts, QK};
+use crate::quant::{
+    scale_min_k4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8_0,
+};
+
+/// 16 bytes of nibbles -> 32 unsigned bytes: low nibbles then high nibbles.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
+    // SAFETY: the 16-byte load reads exactly the array.
+    let raw = _mm_loadu_si128(qs.as_ptr().cast::<__m128i>());
+    let mask = _mm_set1_epi8(0x0f);
+    let lo = _mm_and_si128(raw, mask);
+    let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
+    _mm256_set_m128i(hi, lo)
+}
+
+/// Sum of u8 x i8 products of 32 pairs, as 8 f32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_u8_i8(w: __m256i, x: __m256i) -> __m256 {
+    // SAFETY: register operations only; the CPU features are the caller's proof.
+    let p16 = _mm256_maddubs_epi16(w, x);
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
+}
+
+/// Q4_1 row against int8 activations.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
+/// `32 * row.len()` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q4_1(row: &[BlockQ4_1], a: &Q8Acts) -> f32 {
+    // SAFETY: by the contract `a.q` holds 32 int8 values per block: the 32-byte load at
+    // 32 b is in bounds (the block's own bytes are read through its typed fields).
+    let mut acc = _mm256_setzero_ps();
+    let mut mins = 0.0f32;
+    for (b, blk) in row.iter().enumerate() {
+        let (d, m) = (f16(blk.d), f16(blk.m));
+        let w = nibbles(&blk.qs);
+        let x = _mm256_loadu_si256(a.q.as_ptr().add(b * QK).cast::<__m256i>());
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[b]), dot_u8_i8(w, x), acc);
+        mins += m * a.s[b];
+    }
+    hsum(acc) + mins
+}
+
+/// Q4_0 row against int8 activations.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
+/// `32 * row.len()` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q4_0(row: &[BlockQ4_0], a: &Q8Acts) -> f32 {
+    // SAFETY: by the contract `a.q` holds 32 int8 values per block: the 32-byte load at
+    // 32 b is in bounds (the block's own bytes are read through its typed fields).
+    let mut acc = _mm256_setzero_ps();
+    let eight = _mm256_set1_epi8(8);
+    for (b, blk) in row.iter().enumerate() {
+        let d = f16(blk.d);
+        let w = _mm256_sub_epi8(nibbles(&blk.qs), eight);
+        let x = _mm256_loadu_si256(a.q.as_ptr().add(b * QK).cast::<__m256i>());
+        let p = dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[b]), p, acc);
+    }
+    hsum(acc)
+}
+
+/// Q8_0 row against int8 activations.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
+/// `32 * row.len()` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q8_0(row: &[BlockQ8_0], a: &Q8Acts) -> f32 {
+    // SAFETY: by the contract `a.q` holds 32 int8 values per block: the 32-byte load at
+    // 32 b is in bounds (the block's own bytes are read through its typed fields).
+    let mut acc = _mm256_setzero_ps();
+    for (b, blk) in row.iter().enumerate() {
+        let d = f16(blk.d);
+        let w = _mm256_loadu_si256(blk.qs.as_ptr().cast::<__m256i>());
+        let x = _mm256_loadu_si256(a.q.as_ptr().add(b * QK).cast::<__m256i>());
+        let p = dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[b]), p, acc);
+    }
+    hsum(acc)
+}
+
+/// `sum(w_j x_j)` of 32 unsigned weights (below 64) and 32 int8 activations, as 8 i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_u8_i8_i32(w: __m256i, x: __m256i) -> __m256i {
+    // SAFETY: register operations only; the CPU features are the caller's proof.
+    // w < 64 and |x| <= 127: a pair sums to at most 16002, inside i16 (no saturation)
+    _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
+}
+
+/// The 32 bits of `qh` as 32 bytes: byte `j` is 0xff when bit `j` is set, else 0.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bits_to_bytes(qh: [u8; 4]) -> __m256i {
+    // SAFETY: register operations only; the CPU features are the caller's proof.
+    // byte j takes byte j / 8 of qh (the shuffle works per 128-bit half: both hold qh) ...
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(i32::from_le_bytes(qh)),
+        _mm256_setr_epi64x(
+            0,
+            0x0101_0101_0101_0101,
+            0x0202_0202_0202_0202,
+            0x0303_0303_0303_0303,
+        ),
+    );
+    // ... then every bit but bit j % 8 is set, so the byte is all ones exactly when bit j was
+    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe_u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1))
+}
+
+/// Q5_0 row against int8 activations: `sum_b d_b d_x sum_j (q_j - 16) q_x,j`, the fifth bit of
+/// value `j` bit `j` of `qh`.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
+/// `32 * row.len()` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q5_0(row: &[BlockQ5_0], a: &Q8Acts) -> f32 {
+    assert!(a.q.len() >= QK * row.len() && a.d.len() >= row.len());
+    let (bit, sixteen) = (_mm256_set1_epi8(0x10), _mm256_set1_epi8(16));
+    let mut acc = _mm256_setzero_ps();
+    for (b, blk) in row.iter().enumerate() {
+        let high = _mm256_and_si256(bits_to_bytes(blk.qh), bit);
+        let w = _mm256_sub_epi8(_mm256_or_si256(nibbles(&blk.qs), high), sixteen);
+        // SAFETY: the assert makes `a.q` hold 32 values per block: the load at 32 b is in it.
+        let x = _mm256_loadu_si256(a.q.as_ptr().add(b * QK).cast::<__m256i>());
+        let p = dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(blk.d) * a.d[b]), p, acc);
+    }
+    hsum(acc)
+}
+
+/// Q4_K row against int8 activations: over the sub-blocks `s` (32 values each, activation
+/// block `8 b + s`), `d sc_s d_x sum_j q_j q_x,j - dmin m_s sum_j x_j`.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
+/// `256 * row.len()` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q4_k(row: &[BlockQ4K], a: &Q8Acts) -> f32 {
+    let nb = row.len();
+    assert!(a.q.len() >= 256 * nb && a.d.len() >= 8 * nb && a.sums.len() >= 8 * nb);
+    let mask = _mm256_set1_epi8(0x0f);
+    let (mut acc1, mut acc2) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut mins = 0.0f32;
+    for (b, blk) in row.iter().enumerate() {
+        let d = f16(blk.d);
+        let mut m = 0.0f32;
+        for g in 0..4 {
+            let (s1, s2) = (8 * b + 2 * g, 8 * b + 2 * g + 1);
+            let (sc1, m1) = scale_min_k4(2 * g, &blk.scales);
+            let (sc2, m2) = scale_min_k4(2 * g + 1, &blk.scales);
+            m += m1 * a.sums[s1] + m2 * a.sums[s2];
+            // SAFETY: 32 g + 32 <= 128 bytes of `qs`; the assert makes `a.q` hold 256 values
+            // per block, so the loads at 32 s1 and 32 s2 (< 256 nb) are in it.
+            let (q, x1, x2) = (
+                _mm256_loadu_si256(blk.qs.as_ptr().add(32 * g).cast::<__m256i>()),
+                _mm256_loadu_si256(a.q.as_ptr().add(QK * s1).cast::<__m256i>()),
+                _mm256_loadu_si256(a.q.as_ptr().add(QK * s2).cast::<__m256i>()),
+            );
+            let lo = _mm256_and_si256(q, mask);
+            let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+            let p1 = _mm256_cvtepi32_ps(dot_u8_i8_i32(lo, x1));
+            let p2 = _mm256_cvtepi32_ps(dot_u8_i8_i32(hi, x2));
+            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1 * a.d[s1]), p1, acc1);
+            acc2 = _mm256_fmadd_ps(_mm256_set1_ps(d * sc2 * a.d[s2]), p2, acc2);
+        }
+        mins += f16(blk.dmin) * m;
+    }
+    hsum(_mm256_add_ps(acc1, acc2)) - mins
+}
+
+/// Q5_K row against int8 activations: as [`dot_q4_k`], the fifth bit of value `l` of
+/// sub-block `2 g` bit `2 g` of `qh[l]`, of sub-block `2 g + 1` bit `2 g + 1`.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
+/// `256 * row.len()` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q5_k(row: &[BlockQ5K], a: &Q8Acts) -> f32 {
+    let nb = row.len();
+    assert!(a.q.len() >= 256 * nb && a.d.len() >= 8 * nb && a.sums.len() >= 8 * nb);
+    let (mask, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
+    let (mut acc1, mut acc2) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut mins = 0.0f32;
+    for (b, blk) in row.iter().enumerate() {
+        let d = f16(blk.d);
+        let mut m = 0.0f32;
+        // SAFETY: the 32-byte load reads exactly `qh`.
+        let qh = _mm256_loadu_si256(blk.qh.as_ptr().cast::<__m256i>());
+        for g in 0..4 {
+            let (s1, s2) = (8 * b + 2 * g, 8 * b + 2 * g + 1);
+            let (sc1, m1) = scale_min_k4(2 * g, &blk.scales);
+            let (sc2, m2) = scale_min_k4(2 * g + 1, &blk.scales);
+            m += m1 * a.sums[s1] + m2 * a.sums[s2];
+            // bit 2 g (2 g + 1) of each byte to bit 0, the bits shifted in from the next
+            // byte of the 16-bit lane masked away, then to bit 4
+            let h = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32));
+            let h1 = _mm256_slli_epi16(_mm256_and_si256(h, one), 4);
+            let h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4);
+            // SAFETY: 32 g + 32 <= 128 bytes of `qs`; the assert makes `a.q` hold 256 values
+            // per block, so the loads at 32 s1 and 32 s2 (< 256 nb) are in it.
+            let (q, x1, x2) = (
+                _mm256_loadu_si256(blk.qs.as_ptr().add(32 * g).cast::<__m256i>()),
+                _mm256_loadu_si256(a.q.as_ptr().add(QK * s1).cast::<__m256i>()),
+                _mm256_loadu_si256(a.q.as_ptr().add(QK * s2).cast::<__m256i>()),
+            );
+            let lo = _mm256_or_si256(_mm256_and_si256(q, mask), h1);
+            let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), h2);
+            let p1 = _mm256_cvtepi32_ps(dot_u8_i8_i32(lo, x1));
+            let p2 = _mm256_cvtepi32_ps(dot_u8_i8_i32(hi, x2));
+            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1 * a.d[s1]), p1, acc1);
+            acc2 = _mm256_fmadd_ps(_mm256_set1_ps(d * sc2 * a.d[s2]), p2, acc2);
+        }
+        mins += f16(blk.dmin) * m;
+    }
+    hsum(_mm256_add_ps(acc1, acc2)) - mins
+}
+
+/// Q6_K row against int8 activations: `sum_b d_b sum_i d_x,i sum_t sc_t sum_j (q_j - 32)
+/// q_x,j` over the eight activation blocks `i` of the block and their two 16-value groups `t`.
+/// Half `n` (128 values) of a block: quarter `i` (values `128 n + 32 i + l`) takes its low
+/// four bits from `ql[64 n + l]` (`i` = 0, 2: low, high nibble) or `ql[64 n + 32 + l]`
+/// (`i` = 1, 3) and bits `2 i, 2 i + 1` of `qh[32 n + l]`; groups `8 n + 2 i` (l < 16) and
+/// `8 n + 2 i + 1` scale it.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
+/// `256 * row.len()` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q6_k(row: &[BlockQ6K], a: &Q8Acts) -> f32 {
+    let nb = row.len();
+    assert!(a.q.len() >= 256 * nb && a.d.len() >= 8 * nb);
+    let (m4, m30, m32) = (
+        _mm256_set1_epi8(0x0f),
+        _mm256_set1_epi8(0x30),
+        _mm256_set1_epi8(32),
+    );
+    let (mut acc1, mut acc2) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for (b, blk) in row.iter().enumerate() {
+        let d = f16(blk.d);
+        for n in 0..2 {
+            // SAFETY: 64 n + 64 <= 128 bytes of `ql`, 32 n + 32 <= 64 of `qh`.
+            let (lo, hi, h) = (
+                _mm256_loadu_si256(blk.ql.as_ptr().add(64 * n).cast::<__m256i>()),
+                _mm256_loadu_si256(blk.ql.as_ptr().add(64 * n + 32).cast::<__m256i>()),
+                _mm256_loadu_si256(blk.qh.as_ptr().add(32 * n).cast::<__m256i>()),
+            );
+            // 16-bit shifts move bits across bytes; every mask keeps only a byte's own bits
+            let q = [
+                _mm256_or_si256(
+                    _mm256_and_si256(lo, m4),
+                    _mm256_and_si256(_mm256_slli_epi16(h, 4), m30),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(hi, m4),
+                    _mm256_and_si256(_mm256_slli_epi16(h, 2), m30),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(lo, 4), m4),
+                    _mm256_and_si256(h, m30),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(hi, 4), m4),
+                    _mm256_and_si256(_mm256_srli_epi16(h, 2), m30),
+                ),
+            ];
+            for (i, qi) in q.into_iter().enumerate() {
+                let s = 8 * b + 4 * n + i;
+                // SAFETY: the assert makes `a.q` hold 256 values per block: the load at
+                // 32 s (< 256 nb) is in it.
+                let x = _mm256_loadu_si256(a.q.as_ptr().add(QK * s).cast::<__m256i>());
+                // (q - 32) x per pair of values, in i16 (|.| <= 2 * 32 * 127)
+                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(qi, x), _mm256_maddubs_epi16(m32, x));
+                let (t1, t2) = (blk.scales[8 * n + 2 * i], blk.scales[8 * n + 2 * i + 1]);
+                let sc = _mm256_set_m128i(_mm_set1_epi16(t2 as i16), _mm_set1_epi16(t1 as i16));
+                let p = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, sc));
+                let f = _mm256_set1_ps(d * a.d[s]);
+                if i % 2 == 0 {
+                    acc1 = _mm256_fmadd_ps(f, p, acc1);
+                } else {
+                    acc2 = _mm256_fmadd_ps(f, p, acc2);
+                }
+            }
+        }
+    }
+    hsum(_mm256_add_ps(acc1, acc2))
+}
