@@ -44,66 +44,91 @@ unsafe fn dot_u8_i8(w: __m256i, x: __m256i) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
 }
 
-/// Q4_1 row against int8 activations.
+/// `sum_b s_b p_b` over the blocks `b < nb` in two accumulators (two FMA chains, even and
+/// odd blocks): `term(b)` gives block `b`'s scale `s_b` and its eight lanes of products `p_b`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn two_chains(nb: usize, mut term: impl FnMut(usize) -> (f32, __m256)) -> __m256 {
+    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    let mut b = 0;
+    while b + 1 < nb {
+        let (s0, p0) = term(b);
+        let (s1, p1) = term(b + 1);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), p0, acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(s1), p1, acc1);
+        b += 2;
+    }
+    if b < nb {
+        let (s, p) = term(b);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(s), p, acc0);
+    }
+    _mm256_add_ps(acc0, acc1)
+}
+
+/// Int8 activations of block `b` (32 values).
+///
+/// # Safety
+/// The CPU supports AVX2; `a.q` holds at least `32 (b + 1)` values.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn acts(a: &Q8Acts, b: usize) -> __m256i {
+    debug_assert!(a.q.len() >= QK * (b + 1));
+    // SAFETY: the caller guarantees the 32 values at 32 b.
+    _mm256_loadu_si256(a.q.as_ptr().add(b * QK).cast::<__m256i>())
+}
+
+/// Q4_1 row against int8 activations: `sum_b d_b d_x sum_j q_j q_x,j + m_b d_x sum_j q_x,j`.
 ///
 /// # Safety
 /// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
 /// `32 * row.len()` values.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q4_1(row: &[BlockQ4_1], a: &Q8Acts) -> f32 {
-    // SAFETY: by the contract `a.q` holds 32 int8 values per block: the 32-byte load at
-    // 32 b is in bounds (the block's own bytes are read through its typed fields).
-    let mut acc = _mm256_setzero_ps();
+    assert!(a.q.len() >= QK * row.len() && a.s.len() >= row.len());
     let mut mins = 0.0f32;
-    for (b, blk) in row.iter().enumerate() {
-        let (d, m) = (f16(blk.d), f16(blk.m));
-        let w = nibbles(&blk.qs);
-        let x = _mm256_loadu_si256(a.q.as_ptr().add(b * QK).cast::<__m256i>());
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[b]), dot_u8_i8(w, x), acc);
-        mins += m * a.s[b];
-    }
+    // SAFETY (`acts`): the assert makes `a.q` hold 32 values per block.
+    let acc = two_chains(row.len(), |b| {
+        let blk = &row[b];
+        mins += f16(blk.m) * a.s[b];
+        (f16(blk.d) * a.d[b], dot_u8_i8(nibbles(&blk.qs), acts(a, b)))
+    });
     hsum(acc) + mins
 }
 
-/// Q4_0 row against int8 activations.
+/// Q4_0 row against int8 activations: `sum_b d_b d_x sum_j (q_j - 8) q_x,j`.
 ///
 /// # Safety
 /// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
 /// `32 * row.len()` values.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q4_0(row: &[BlockQ4_0], a: &Q8Acts) -> f32 {
-    // SAFETY: by the contract `a.q` holds 32 int8 values per block: the 32-byte load at
-    // 32 b is in bounds (the block's own bytes are read through its typed fields).
-    let mut acc = _mm256_setzero_ps();
+    assert!(a.q.len() >= QK * row.len());
     let eight = _mm256_set1_epi8(8);
-    for (b, blk) in row.iter().enumerate() {
-        let d = f16(blk.d);
+    // SAFETY (`acts`): the assert makes `a.q` hold 32 values per block.
+    hsum(two_chains(row.len(), |b| {
+        let blk = &row[b];
         let w = _mm256_sub_epi8(nibbles(&blk.qs), eight);
-        let x = _mm256_loadu_si256(a.q.as_ptr().add(b * QK).cast::<__m256i>());
-        let p = dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[b]), p, acc);
-    }
-    hsum(acc)
+        let p = dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(acts(a, b), w));
+        (f16(blk.d) * a.d[b], p)
+    }))
 }
 
-/// Q8_0 row against int8 activations.
+/// Q8_0 row against int8 activations: `sum_b d_b d_x sum_j q_j q_x,j`.
 ///
 /// # Safety
 /// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
 /// `32 * row.len()` values.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q8_0(row: &[BlockQ8_0], a: &Q8Acts) -> f32 {
-    // SAFETY: by the contract `a.q` holds 32 int8 values per block: the 32-byte load at
-    // 32 b is in bounds (the block's own bytes are read through its typed fields).
-    let mut acc = _mm256_setzero_ps();
-    for (b, blk) in row.iter().enumerate() {
-        let d = f16(blk.d);
+    assert!(a.q.len() >= QK * row.len());
+    // SAFETY (`acts`): the assert makes `a.q` hold 32 values per block; the 32-byte load of
+    // the weights reads exactly `qs`.
+    hsum(two_chains(row.len(), |b| {
+        let blk = &row[b];
         let w = _mm256_loadu_si256(blk.qs.as_ptr().cast::<__m256i>());
-        let x = _mm256_loadu_si256(a.q.as_ptr().add(b * QK).cast::<__m256i>());
-        let p = dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[b]), p, acc);
-    }
-    hsum(acc)
+        let p = dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(acts(a, b), w));
+        (f16(blk.d) * a.d[b], p)
+    }))
 }
 
 /// `sum(w_j x_j)` of 32 unsigned weights (below 64) and 32 int8 activations, as 8 i32 lanes.
@@ -143,18 +168,16 @@ unsafe fn bits_to_bytes(qh: [u8; 4]) -> __m256i {
 /// `32 * row.len()` values.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q5_0(row: &[BlockQ5_0], a: &Q8Acts) -> f32 {
-    assert!(a.q.len() >= QK * row.len() && a.d.len() >= row.len());
+    assert!(a.q.len() >= QK * row.len());
     let (bit, sixteen) = (_mm256_set1_epi8(0x10), _mm256_set1_epi8(16));
-    let mut acc = _mm256_setzero_ps();
-    for (b, blk) in row.iter().enumerate() {
+    // SAFETY (`acts`): the assert makes `a.q` hold 32 values per block.
+    hsum(two_chains(row.len(), |b| {
+        let blk = &row[b];
         let high = _mm256_and_si256(bits_to_bytes(blk.qh), bit);
         let w = _mm256_sub_epi8(_mm256_or_si256(nibbles(&blk.qs), high), sixteen);
-        // SAFETY: the assert makes `a.q` hold 32 values per block: the load at 32 b is in it.
-        let x = _mm256_loadu_si256(a.q.as_ptr().add(b * QK).cast::<__m256i>());
-        let p = dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(f16(blk.d) * a.d[b]), p, acc);
-    }
-    hsum(acc)
+        let p = dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(acts(a, b), w));
+        (f16(blk.d) * a.d[b], p)
+    }))
 }
 
 /// Q4_K row against int8 activations: over the sub-blocks `s` (32 values each, activation
