@@ -48,7 +48,8 @@ fn bits(r: Rows<'_>) -> Vec<u32> {
         Rows::Q8(x) => x
             .iter()
             .flat_map(|b| {
-                std::iter::once(u32::from(b.d.to_bits())).chain(b.qs.iter().map(|&q| q as u8 as u32))
+                std::iter::once(u32::from(b.d.to_bits()))
+                    .chain(b.qs.iter().map(|&q| q as u8 as u32))
             })
             .collect(),
     }

@@ -67,9 +67,10 @@ impl Q8Block {
     /// Quantize `x` (a whole number of blocks: `x.len() % 32 == 0`) onto the end of `out`;
     /// a ragged tail of fewer than 32 values is ignored (callers check lengths first).
     pub fn quantize_into(x: &[f32], out: &mut Vec<Q8Block>) {
-        out.extend(x.chunks_exact(Q8_BLOCK).map(|c| {
-            Q8Block::quantize(c.try_into().expect("chunks_exact gives 32 values"))
-        }));
+        out.extend(
+            x.chunks_exact(Q8_BLOCK)
+                .map(|c| Q8Block::quantize(c.try_into().expect("chunks_exact gives 32 values"))),
+        );
     }
 
     /// Dequantize `blocks` into `out`, over the common prefix (whole blocks only).

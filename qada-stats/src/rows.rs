@@ -48,7 +48,10 @@ impl<'a> Rows<'a> {
             Rows::F32(x) => Rows::F32(&x[r0 * d..r1 * d]),
             Rows::F16(x) => Rows::F16(&x[r0 * d..r1 * d]),
             Rows::Q8(x) => {
-                assert!(d % Q8_BLOCK == 0, "q8 rows of {d} values split blocks of 32");
+                assert!(
+                    d % Q8_BLOCK == 0,
+                    "q8 rows of {d} values split blocks of 32"
+                );
                 let b = d / Q8_BLOCK;
                 Rows::Q8(&x[r0 * b..r1 * b])
             }

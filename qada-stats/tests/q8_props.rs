@@ -10,12 +10,15 @@ fn block() -> impl Strategy<Value = [f32; 32]> {
     let zeros = Just([0.0f32; 32]);
     let huge = prop::array::uniform32(-8e6f32..8e6);
     let tiny = prop::array::uniform32(-1e-5f32..1e-5);
-    let outlier = (prop::array::uniform32(-0.1f32..0.1), 0usize..32, -2e3f32..2e3).prop_map(
-        |(mut x, i, v)| {
+    let outlier = (
+        prop::array::uniform32(-0.1f32..0.1),
+        0usize..32,
+        -2e3f32..2e3,
+    )
+        .prop_map(|(mut x, i, v)| {
             x[i] = v;
             x
-        },
-    );
+        });
     prop_oneof![plain, zeros, huge, tiny, outlier]
 }
 

@@ -9,9 +9,9 @@
 
 use std::arch::x86_64::*;
 
-use qada_stats::{f16, Q8Block, Q8_BLOCK};
 use qada_stats::simd::x86::{hsum, hsum4};
 use qada_stats::simd::Avx2;
+use qada_stats::{f16, Q8Block, Q8_BLOCK};
 
 use super::exp::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO};
 

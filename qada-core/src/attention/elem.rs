@@ -11,9 +11,9 @@
 //! `values`) `n` whole rows of `d` values, and `out` (or `weights`) holds at least `h * n`
 //! entries, head-major (`[j * n + i]`).
 
-use qada_stats::{f16, Q8Block};
 #[cfg(target_arch = "x86_64")]
 use qada_stats::simd::Avx2;
+use qada_stats::{f16, Q8Block};
 
 use super::portable::{
     axpy_f16, axpy_f32, axpy_q8, block_accumulate_portable, block_scores_portable, dot, dot_f16,

@@ -10,9 +10,7 @@
 use proptest::prelude::*;
 use qada_stats::{Q8Block, Q8_BLOCK};
 
-use super::portable::{
-    axpy_q8, block_accumulate_portable, block_scores_portable, dot_q8,
-};
+use super::portable::{axpy_q8, block_accumulate_portable, block_scores_portable, dot_q8};
 use super::Elem;
 
 /// One block of 32 values of a random kind.
@@ -49,7 +47,10 @@ fn tol(d: usize) -> f64 {
 fn within(a: &[f32], b: &[f32], mag: &[f64], tol: f64, what: &str) -> Result<(), TestCaseError> {
     for (i, ((x, y), m)) in a.iter().zip(b).zip(mag).enumerate() {
         let diff = (*x as f64 - *y as f64).abs();
-        prop_assert!(diff <= tol * m + 1e-30, "{what} {i}: {x} vs {y} (|terms| {m})");
+        prop_assert!(
+            diff <= tol * m + 1e-30,
+            "{what} {i}: {x} vs {y} (|terms| {m})"
+        );
     }
     Ok(())
 }
