@@ -7,11 +7,10 @@
 //! portable kernels give the same within 0.1):
 //! - SmolLM2-135M: worst logit difference 0.84, median per step 0.42, no greedy change in 48.
 //! - Qwen2.5-0.5B: worst logit difference 16.4, median per step 2.7, 6 greedy changes in 48
-//!   steps. Its keys carry
-//!   channels of magnitude about 145 in layer 0 (in every block of 32), so the block scale is
-//!   about 1.14 and every other key value of the block is rounded by up to 0.57: q8_0's per-row
-//!   blocks do not suit outlier channels (the f16 cache stays within 0.05 of f32 there,
-//!   tests/kv_f16.rs).
+//!   steps. Its keys carry channels of magnitude about 145 in layer 0 (in every block of 32),
+//!   so the block scale is about 1.14 and every other key value of the block is rounded by up
+//!   to 0.57: q8_0's per-row blocks do not suit outlier channels (the f16 cache stays within
+//!   0.05 of f32 there, tests/kv_f16.rs).
 //!
 //! The bounds below are the measured figures with a margin.
 

@@ -180,6 +180,7 @@ macro_rules! block_kernels {
         /// # Safety
         /// The CPU has the target features; shapes as above.
         #[target_feature(enable = $feat)]
+        #[allow(clippy::modulo_one)] // `$per` is 1 for f32 and f16
         pub unsafe fn $scores(
             _: Avx2,
             queries: &[f32],
@@ -270,6 +271,7 @@ macro_rules! block_kernels {
         /// # Safety
         /// The CPU has the target features; shapes as above.
         #[target_feature(enable = $feat)]
+        #[allow(clippy::modulo_one)] // `$per` is 1 for f32 and f16
         pub unsafe fn $accumulate(
             _: Avx2,
             acc: &mut [f32],
