@@ -1,11 +1,13 @@
 //! The q8 K/V cache (`--kv q8`: blocks of 32 8-bit values with an f16 scale, llama.cpp's q8_0)
-//! against the f16 cache on the reference prompts of SmolLM2 and Qwen2.5-0.5B: the same prompt
+//! against the f16 cache on the reference prompts of SmolLM2, Qwen2.5-0.5B and Gemma 3 (whose
+//! sliding layers keep q8 rows too): the same prompt
 //! and the same teacher-forced tokens (the f16 run's greedy choices), logits compared at every
 //! step, the greedy token's changes counted.
 //!
 //! Measured (x86-64 with AVX2, 24 teacher-forced steps per prompt, 2 prompts per model; the
 //! portable kernels give the same within 0.1):
 //! - SmolLM2-135M: worst logit difference 0.84, median per step 0.42, no greedy change in 48.
+//! - Gemma 3 270M: worst logit difference 1.00, median per step 0.24, no greedy change in 48.
 //! - Qwen2.5-0.5B: worst logit difference 16.4, median per step 2.7, 6 greedy changes in 48
 //!   steps. Its keys carry channels of magnitude about 145 in layer 0 (in every block of 32),
 //!   so the block scale is about 1.14 and every other key value of the block is rounded by up
@@ -72,6 +74,13 @@ fn the_q8_cache_stays_within_its_bounds_against_f16() {
             common::shared_reference("qwen2.5-coder-0.5b-instruct.json"),
             25.0,
             10,
+        ),
+        (
+            "gemma3-270m",
+            common::fetched_model("gemma3-270m"),
+            common::shared_reference("gemma-3-270m.json"),
+            1.8,
+            1,
         ),
     ] {
         let (mut diffs, flips) = compare(&path, &reference);
