@@ -49,3 +49,36 @@ proptest! {
         prop_assert_eq!(row, y);
     }
 }
+
+proptest! {
+    /// Moments of q8 rows are those of the dequantized rows (rows of 64, blocks across the
+    /// 256-row chunks the conversion works in); rows off the block size are refused.
+    #[test]
+    fn moments_of_q8_rows_are_those_of_the_dequantized_rows(
+        rows in 1usize..600,
+        seed in any::<u64>(),
+    ) {
+        use qada_stats::KeyMoments;
+        use rand::{Rng, SeedableRng};
+        let d = 64;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+        let x: Vec<f32> = (0..rows * d).map(|_| rng.gen_range(-3.0f32..3.0)).collect();
+        let mut blocks = Vec::new();
+        Q8Block::quantize_into(&x, &mut blocks);
+        let mut deq = vec![0.0f32; x.len()];
+        Q8Block::dequantize_into(&blocks, &mut deq);
+        let mut a = KeyMoments::new(d);
+        a.push_rows_of(Rows::Q8(&blocks)).unwrap();
+        let mut b = KeyMoments::new(d);
+        b.push_rows_of(Rows::F32(&deq)).unwrap();
+        prop_assert_eq!(a.count(), b.count());
+        for (x, y) in a.mean().iter().zip(b.mean()) {
+            prop_assert!((x - y).abs() <= 1e-9 * (1.0 + y.abs()), "mean {x} vs {y}");
+        }
+        for (x, y) in a.covariance().iter().zip(b.covariance()) {
+            prop_assert!((x - y).abs() <= 1e-9 * (1.0 + y.abs()), "cov {x} vs {y}");
+        }
+        let mut odd = KeyMoments::new(48);
+        prop_assert!(odd.push_rows_of(Rows::Q8(&blocks[..1])).is_err());
+    }
+}
