@@ -109,6 +109,7 @@ fn accumulate(p: &mut Partial, s: &[f32], values: Rows<'_>, d: usize) {
     match values {
         Rows::F32(v) => accumulate_typed(p, s, v, d),
         Rows::F16(v) => accumulate_typed(p, s, v, d),
+        Rows::Q8(v) => accumulate_typed(p, s, v, d),
     }
 }
 
@@ -124,11 +125,12 @@ fn accumulate_typed<T: Elem>(p: &mut Partial, s: &[f32], values: &[T], d: usize)
         p.acc.iter_mut().for_each(|a| *a *= c);
         p.m = m_new;
     }
-    for (sc, vc) in s.chunks(256).zip(values.chunks(256 * d)) {
+    let row = d / T::VALUES;
+    for (sc, vc) in s.chunks(256).zip(values.chunks(256 * row)) {
         let w = &mut w[..sc.len()];
         w.copy_from_slice(sc);
         p.l += exp_in_place(w, m_new);
-        for (&wi, v) in w.iter().zip(vc.chunks_exact(d)) {
+        for (&wi, v) in w.iter().zip(vc.chunks_exact(row)) {
             T::axpy(&mut p.acc, wi, v);
         }
     }
@@ -160,6 +162,7 @@ fn run_task<K: LayerKv + ?Sized>(
     match (k.bulk_keys.slice(r0, r1, d), k.bulk_values.slice(r0, r1, d)) {
         (Rows::F32(keys), Rows::F32(values)) => run_task_typed(t, queries, keys, values, scale, d),
         (Rows::F16(keys), Rows::F16(values)) => run_task_typed(t, queries, keys, values, scale, d),
+        (Rows::Q8(keys), Rows::Q8(values)) => run_task_typed(t, queries, keys, values, scale, d),
         _ => unreachable!("validate() checks keys and values share an element type"),
     }
 }
@@ -172,7 +175,7 @@ fn run_task_typed<T: Elem>(
     scale: f32,
     d: usize,
 ) -> Result<()> {
-    let n = keys.len() / d;
+    let n = keys.len() * T::VALUES / d;
     let nh = t.heads.len();
     let scores = &mut t.scores[..nh * n];
     t.queries.clear();

@@ -324,6 +324,77 @@ fn f16_rows_give_the_attention_of_the_rounded_keys_and_values() {
     }
 }
 
+/// A q8 cache: every kernel (the reference dense and local attention, the adaptive step's
+/// local scores and its block kernels over the bulk) reads q8_0 blocks in place; outputs equal
+/// f64 attention over the dequantized keys and values (`d q`, exact in f32). Rows of one block
+/// carry an outlier, so scales differ between blocks.
+#[test]
+fn q8_rows_give_the_attention_of_the_dequantized_keys_and_values() {
+    use qada_core::attention::dense_attention;
+    use qada_stats::{Q8Block, Rows};
+    let (d, group, t) = (64, 3, 1500);
+    let keys: Vec<f32> = (0..t * d)
+        .map(|i| (i as f32 * 0.0137).sin() * if i % 96 == 7 { 40.0 } else { 2.0 })
+        .collect();
+    let values: Vec<f32> = (0..t * d).map(|i| (i as f32 * 0.021).cos()).collect();
+    let quantize = |v: &[f32]| -> Vec<Q8Block> {
+        let mut b = Vec::new();
+        Q8Block::quantize_into(v, &mut b);
+        b
+    };
+    let (k8, v8) = (quantize(&keys), quantize(&values));
+    let dequantize = |b: &[Q8Block]| -> Vec<f32> {
+        let mut x = vec![0.0f32; b.len() * 32];
+        Q8Block::dequantize_into(b, &mut x);
+        x
+    };
+    let reference = Head::new(d, 4, 64, dequantize(&k8), dequantize(&v8));
+    let f32_view = reference.segments();
+    let (b0, b1) = (4 * d / 32, (t - 60) * d / 32);
+    let seg = qada_core::KvSegments {
+        dim: d,
+        sink_keys: Rows::Q8(&k8[..b0]),
+        sink_values: Rows::Q8(&v8[..b0]),
+        bulk_keys: Rows::Q8(&k8[b0..b1]),
+        bulk_values: Rows::Q8(&v8[b0..b1]),
+        window_keys: Rows::Q8(&k8[b1..]),
+        window_values: Rows::Q8(&v8[b1..]),
+        bulk_moments: f32_view.bulk_moments,
+    };
+    seg.validate().unwrap();
+    let q: Vec<f32> = (0..group * d).map(|i| (i as f32 * 0.37).sin()).collect();
+    let mut out = vec![0.0; group * d];
+    let mut decisions = vec![Decision::LONG; group];
+    for (local, criterion) in [
+        (false, &Dense as &dyn qada_core::LocalityCriterion),
+        (true, &Window),
+    ] {
+        attend_layer(
+            criterion,
+            0,
+            &q,
+            &[seg],
+            0.25,
+            &mut LayerScratch::new(),
+            &mut out,
+            &mut decisions,
+        )
+        .unwrap();
+        for h in 0..group {
+            let expect = brute_force(&reference, &q[h * d..(h + 1) * d], 0.25, local);
+            for (a, b) in out[h * d..(h + 1) * d].iter().zip(&expect) {
+                assert!((a - b).abs() < 1e-4, "local {local} head {h}: {a} vs {b}");
+            }
+        }
+    }
+    let mut one = vec![0.0; d];
+    dense_attention(&q[..d], &seg, 0.25, &mut Vec::new(), &mut one);
+    let expect = brute_force(&reference, &q[..d], 0.25, false);
+    for (a, b) in one.iter().zip(&expect) {
+        assert!((a - b).abs() < 1e-4, "dense_attention: {a} vs {b}");
+    }
+}
+
 /// f64 reference of the block kernels over f32 rows.
 fn block_reference(
     q: &[f32],

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use qada_stats::{FactoredMoments, KeyMoments};
 
+use crate::exact::ExactKeys;
 use crate::span::{kept_bound, rows_to_drop};
 use crate::store::Store;
 use crate::{HeadView, KvDtype, KvError, LayerSpan, LayerView, MomentsMode, Result, WindowConfig};
@@ -38,6 +39,8 @@ pub(crate) struct HeadStore {
     pub(crate) folded: usize,
     /// `bulk` factored, while the moments are fixed.
     pub(crate) factored: Option<FactoredMoments>,
+    /// q8 caches, full layers: the f32 keys not yet in `bulk` (empty otherwise).
+    pub(crate) exact: ExactKeys,
 }
 
 /// Source of [`KvCache::id`]: process-wide, never reused.
@@ -113,7 +116,8 @@ impl KvCache {
     /// positions) and it keeps no bulk moments. `W >= capacity` is legal: nothing is dropped.
     ///
     /// Errors: [`KvError::SpanCount`] when `spans.len() != shape.n_layers`,
-    /// [`KvError::EmptySlidingWindow`] for a `Sliding(0)`.
+    /// [`KvError::EmptySlidingWindow`] for a `Sliding(0)`, [`KvError::Q8HeadDim`] for a
+    /// [`KvDtype::Q8`] cache whose head dimension is not a multiple of 32.
     pub fn with_spans(
         shape: CacheShape,
         window: WindowConfig,
@@ -136,12 +140,18 @@ impl KvCache {
                 found: 0,
             });
         }
+        if shape.dtype == KvDtype::Q8 && shape.head_dim % qada_stats::Q8_BLOCK != 0 {
+            return Err(KvError::Q8HeadDim {
+                head_dim: shape.head_dim,
+            });
+        }
         let head = HeadStore {
             keys: Store::new(shape.dtype),
             values: Store::new(shape.dtype),
             bulk: KeyMoments::new(shape.head_dim),
             folded: 0,
             factored: None,
+            exact: ExactKeys::default(),
         };
         let cache = KvCache {
             id: next_cache_id(),
@@ -189,7 +199,9 @@ impl KvCache {
         &self.spans
     }
     /// Bytes of the keys and values the cache holds: every row of a full layer, the kept
-    /// rows of a sliding one (spare allocation not counted).
+    /// rows of a sliding one (spare allocation not counted); 34 bytes per 32 values in a q8
+    /// cache (its f32 copy of the keys not yet in the moments, at most a window's, is not
+    /// counted).
     pub fn stored_bytes(&self) -> usize {
         self.heads
             .iter()
@@ -218,6 +230,7 @@ impl KvCache {
             h.bulk = KeyMoments::new(self.shape.head_dim);
             h.folded = 0;
             h.factored = None;
+            h.exact.reset(0);
         }
         self.id = next_cache_id();
         self.lens.iter_mut().for_each(|l| *l = 0);
@@ -279,8 +292,20 @@ impl KvCache {
                 Some(kept_bound(w, n).min(capacity)),
             ),
         };
+        // a q8 full layer keeps its keys in f32 too until they join the moments (exact.rs)
+        let exact = self.shape.dtype == KvDtype::Q8 && max_rows.is_none();
+        let follows = self.follows_bulk();
         let heads = &mut self.heads[layer * n_kv_heads..(layer + 1) * n_kv_heads];
         for (h, store) in heads.iter_mut().enumerate() {
+            if exact && !follows {
+                store.exact.reset(len + n);
+            } else if exact {
+                store.exact.reserve(n * d);
+                for t in 0..n {
+                    let at = t * row + h * d;
+                    store.exact.extend(&keys[at..at + d]);
+                }
+            }
             match max_rows {
                 None => {
                     store.keys.reserve(n * d);

@@ -8,6 +8,7 @@
 
 use qada_stats::{FactoredMoments, KeyMoments};
 
+use crate::exact::ExactKeys;
 use crate::store::Store;
 use crate::{KvCache, KvError, LayerSpan, MomentsMode, Result};
 
@@ -23,6 +24,8 @@ pub struct CacheCheckpoint {
     /// full layer.
     rows: Vec<Option<(Store, Store)>>,
     moments: Vec<(KeyMoments, usize, Option<FactoredMoments>)>,
+    /// Per (layer, KV head): the f32 keys not yet in the moments (q8 caches; empty otherwise).
+    exact: Vec<ExactKeys>,
     mode: MomentsMode,
     moments_fixed: bool,
     prefill_done: bool,
@@ -57,6 +60,7 @@ impl KvCache {
                 .iter()
                 .map(|h| (h.bulk.clone(), h.folded, h.factored.clone()))
                 .collect(),
+            exact: self.heads.iter().map(|h| h.exact.clone()).collect(),
             mode: self.mode.clone(),
             moments_fixed: self.moments_fixed,
             prefill_done: self.prefill_done,
@@ -80,6 +84,7 @@ impl KvCache {
         if cp.lens.len() != self.lens.len()
             || cp.moments.len() != self.heads.len()
             || cp.rows.len() != self.heads.len()
+            || cp.exact.len() != self.heads.len()
         {
             return Err(KvError::OutOfRange {
                 what: "checkpoint layers",
@@ -119,6 +124,7 @@ impl KvCache {
             store.bulk.clone_from(m);
             store.folded = *folded;
             store.factored.clone_from(factored);
+            store.exact.clone_from(&cp.exact[i]);
         }
         self.lens.clone_from(&cp.lens);
         self.firsts.clone_from(&cp.firsts);

@@ -31,6 +31,16 @@ pub enum KvError {
         found: usize,
     },
 
+    /// A q8 cache stores rows as blocks of 32 values.
+    #[error(
+        "a q8 KV cache stores rows in blocks of 32 values, but the head dimension is \
+         {head_dim}, not a multiple of 32: use an f16 or f32 cache for this model"
+    )]
+    Q8HeadDim {
+        /// The model's head dimension.
+        head_dim: usize,
+    },
+
     /// The local window must be longer than the sink.
     #[error("invalid window: T_local = {local} must be larger than T_sink = {sink}")]
     InvalidWindow {

@@ -1,5 +1,5 @@
-//! The KV cache of a decoder: per layer and KV head, contiguous f32 key and value rows, split
-//! into the three index sets of QAdA:
+//! The KV cache of a decoder: per layer and KV head, contiguous key and value rows (f32, f16 or
+//! 8-bit blocks, [`KvDtype`]), split into the three index sets of QAdA:
 //!
 //! - the **sink**: the first `T_sink` tokens,
 //! - the **window**: the last `T_local - T_sink` tokens,
@@ -43,7 +43,7 @@
 //! assert_eq!(head.len(), 6);
 //! let f32s = |r: Rows<'_>| match r {
 //!     Rows::F32(x) => x.to_vec(),
-//!     Rows::F16(_) => unreachable!("an f32 cache"),
+//!     _ => unreachable!("an f32 cache"),
 //! };
 //! // sink: token 0; bulk: tokens 1..4; window: tokens 4 and 5
 //! assert_eq!((head.sink().start, f32s(head.sink().keys)), (0, vec![0.0, 0.0]));
@@ -60,6 +60,7 @@
 mod cache;
 mod checkpoint;
 mod error;
+mod exact;
 mod moments_mode;
 mod span;
 mod store;

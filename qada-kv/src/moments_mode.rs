@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use qada_stats::{FactoredMoments, KeyMoments, MomentTable};
 
-use crate::{KvCache, KvError, LayerSpan, Result};
+use crate::{KvCache, KvDtype, KvError, LayerSpan, Result};
 
 /// Share of the covariance trace a factored form may leave out (see [`FactoredMoments`]).
 pub const FACTOR_TOLERANCE: f64 = 1e-3;
@@ -48,13 +48,31 @@ impl KvCache {
         }
         let (nh, d) = (self.shape.n_kv_heads, self.shape.head_dim);
         let bulk = self.window.split(self.lens[layer]).bulk;
+        let q8 = self.shape.dtype == KvDtype::Q8;
         for store in &mut self.heads[layer * nh..(layer + 1) * nh] {
             let from = bulk.start + store.folded;
             if bulk.end > from {
-                store
-                    .bulk
-                    .push_rows_of(store.keys.rows().slice(from, bulk.end, d))?;
+                if q8 {
+                    // the f32 keys where they were kept, the stored blocks before that
+                    let held = store.exact.range(d);
+                    let mid = held.start.clamp(from, bulk.end);
+                    if mid > from {
+                        store
+                            .bulk
+                            .push_rows_of(store.keys.rows().slice(from, mid, d))?;
+                    }
+                    if bulk.end > mid {
+                        store.bulk.push_rows(store.exact.rows(mid..bulk.end, d))?;
+                    }
+                } else {
+                    store
+                        .bulk
+                        .push_rows_of(store.keys.rows().slice(from, bulk.end, d))?;
+                }
                 store.folded = bulk.end - bulk.start;
+            }
+            if q8 {
+                store.exact.drop_before(bulk.start + store.folded, d);
             }
         }
         Ok(())

@@ -19,7 +19,7 @@ fn shape(d: usize, heads: usize, capacity: usize) -> CacheShape {
 fn f32s(r: Rows<'_>) -> &[f32] {
     match r {
         Rows::F32(x) => x,
-        Rows::F16(_) => panic!("expected f32 rows"),
+        _ => panic!("expected f32 rows"),
     }
 }
 

@@ -45,6 +45,13 @@ fn bits(r: Rows<'_>) -> Vec<u32> {
     match r {
         Rows::F32(x) => x.iter().map(|v| v.to_bits()).collect(),
         Rows::F16(x) => x.iter().map(|v| u32::from(v.to_bits())).collect(),
+        Rows::Q8(x) => x
+            .iter()
+            .flat_map(|b| {
+                std::iter::once(u32::from(b.d.to_bits()))
+                    .chain(b.qs.iter().map(|&q| q as u8 as u32))
+            })
+            .collect(),
     }
 }
 

@@ -7,7 +7,7 @@
 //! `o' = o e^(m - m') + sum_j e^(s_ij - m') v_j`, and at the end `o / l`,
 //!
 //! with `s = scale * q k`. Memory is `O(n * TILE)` per head whatever the context length; an
-//! f16 cache is converted one tile at a time. Scores and weighted sums go through gemm; heads
+//! f16 or q8 cache is converted (q8: dequantized, `d q`) one tile at a time. Scores and weighted sums go through gemm; heads
 //! run in parallel.
 
 use qada_kv::{HeadView, KvCache};
@@ -20,13 +20,20 @@ use crate::{ModelConfig, Result};
 /// Keys per tile.
 pub const TILE: usize = 512;
 
-/// Rows `r0..r1` of `x` as f32: borrowed when they are, converted into `buf` when f16.
+/// Rows `r0..r1` of `x` as f32: borrowed when they are, converted into `buf` when f16,
+/// dequantized (`d q`) into `buf` when q8.
 fn tile_f32<'a>(x: Rows<'a>, r0: usize, r1: usize, d: usize, buf: &'a mut Vec<f32>) -> &'a [f32] {
     match x.slice(r0, r1, d) {
         Rows::F32(s) => s,
         Rows::F16(s) => {
             buf.clear();
             buf.extend(s.iter().map(|v| v.to_f32()));
+            buf
+        }
+        Rows::Q8(s) => {
+            buf.clear();
+            buf.resize((r1 - r0) * d, 0.0);
+            qada_stats::Q8Block::dequantize_into(s, buf);
             buf
         }
     }
@@ -159,15 +166,16 @@ mod tests {
     }
 
     /// Tiled attention equals a direct softmax (f64) over each query's visible keys, across
-    /// tiles, blocks after a long context, sliding windows, and both cache element types.
+    /// tiles, blocks after a long context, sliding windows, and every cache element type.
     #[test]
     fn tiles_with_a_running_softmax_equal_the_direct_softmax() {
-        let d = 4;
-        for (span, dtype) in [
-            (LayerSpan::Full, KvDtype::F32),
-            (LayerSpan::Full, KvDtype::F16),
-            (LayerSpan::Sliding(700), KvDtype::F16),
-            (LayerSpan::Sliding(3), KvDtype::F32),
+        for (span, dtype, d) in [
+            (LayerSpan::Full, KvDtype::F32, 4),
+            (LayerSpan::Full, KvDtype::F16, 4),
+            (LayerSpan::Sliding(700), KvDtype::F16, 4),
+            (LayerSpan::Sliding(3), KvDtype::F32, 4),
+            (LayerSpan::Full, KvDtype::Q8, 32),
+            (LayerSpan::Sliding(700), KvDtype::Q8, 32),
         ] {
             let shape = CacheShape {
                 n_layers: 1,
@@ -193,17 +201,27 @@ mod tests {
             let view = cache.head(0, 0).unwrap();
             head_attention(&view, span.window(), &q, d, n, pos0, 0.5, &mut out);
             // the cache's own rounding of keys and values
-            let round = |x: f32| match dtype {
-                KvDtype::F16 => half::f16::from_f32(x).to_f32(),
-                KvDtype::F32 => x,
+            let rounded = |x: &[f32]| -> Vec<f32> {
+                match dtype {
+                    KvDtype::F16 => x.iter().map(|&v| half::f16::from_f32(v).to_f32()).collect(),
+                    KvDtype::F32 => x.to_vec(),
+                    KvDtype::Q8 => {
+                        let mut b = Vec::new();
+                        qada_stats::Q8Block::quantize_into(x, &mut b);
+                        let mut out = vec![0.0f32; x.len()];
+                        qada_stats::Q8Block::dequantize_into(&b, &mut out);
+                        out
+                    }
+                }
             };
+            let (rk, rv) = (rounded(&keys), rounded(&values));
             for i in 0..n {
                 let p = pos0 + i;
                 let lo = span.window().map_or(0, |w| (p + 1).saturating_sub(w));
                 let s: Vec<f64> = (lo..=p)
                     .map(|j| {
                         (0..d)
-                            .map(|k| q[i * d + k] as f64 * round(keys[j * d + k]) as f64)
+                            .map(|k| q[i * d + k] as f64 * rk[j * d + k] as f64)
                             .sum::<f64>()
                             * 0.5
                     })
@@ -213,7 +231,7 @@ mod tests {
                 for k in 0..d {
                     let want: f64 = (lo..=p)
                         .zip(&s)
-                        .map(|(j, x)| (x - m).exp() / z * round(values[j * d + k]) as f64)
+                        .map(|(j, x)| (x - m).exp() / z * rv[j * d + k] as f64)
                         .sum();
                     let got = out[i * d + k] as f64;
                     assert!(

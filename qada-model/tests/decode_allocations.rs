@@ -97,7 +97,7 @@ fn decoding_steps_allocate_nothing_once_warm() {
         ("oracle", || Box::new(Oracle::new(0.6).unwrap())),
     ];
     for (name, make) in criteria {
-        for dtype in [KvDtype::F32, KvDtype::F16] {
+        for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Q8] {
             let n = allocations_while_decoding(&model, make(), dtype, &prompt, 4, 24);
             assert_eq!(
                 n, 0,

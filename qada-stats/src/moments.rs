@@ -212,7 +212,8 @@ impl KeyMoments {
         block
     }
 
-    /// Add every row of `keys`, f32 or f16 (converted to f32 first, a block at a time).
+    /// Add every row of `keys`, f32, f16 or q8 (converted to f32 first, a block of rows at a
+    /// time).
     pub fn push_rows_of(&mut self, keys: crate::Rows<'_>) -> Result<()> {
         match keys {
             crate::Rows::F32(x) => self.push_rows(x),
@@ -230,6 +231,26 @@ impl KeyMoments {
                     buf.clear();
                     buf.extend(chunk.iter().map(|v| v.to_f32()));
                     self.push_rows(&buf)?;
+                }
+                Ok(())
+            }
+            crate::Rows::Q8(x) => {
+                // whole rows of whole blocks, as a cache hands them out; dequantized a
+                // block of rows at a time (approximate moments: exact ones come from the
+                // f32 keys before quantization, as a q8 cache folds them)
+                let d = self.dim.max(1);
+                if d % crate::Q8_BLOCK != 0 || (x.len() * crate::Q8_BLOCK) % d != 0 {
+                    return Err(StatsError::DimensionMismatch {
+                        expected: self.dim,
+                        found: x.len() * crate::Q8_BLOCK,
+                    });
+                }
+                let per = 256 * d / crate::Q8_BLOCK;
+                let mut buf = vec![0.0f32; 256 * d];
+                for chunk in x.chunks(per) {
+                    let buf = &mut buf[..chunk.len() * crate::Q8_BLOCK];
+                    crate::Q8Block::dequantize_into(chunk, buf);
+                    self.push_rows(buf)?;
                 }
                 Ok(())
             }

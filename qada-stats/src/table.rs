@@ -63,9 +63,10 @@ impl MomentTable {
     }
 
     /// Build the whole table from the keys of a calibration run: `keys(layer, kv_head)` returns
-    /// that head's keys, row-major, in token order (f32 or f16). Checkpoints at every multiple
-    /// of `stride` up to the shortest non-empty key run; an empty run (a layer that keeps no
-    /// bulk, such as a sliding-window layer) has empty moments at every checkpoint.
+    /// that head's keys, row-major, in token order (f32, f16 or q8, dequantized). Checkpoints
+    /// at every multiple of `stride` up to the shortest non-empty key run; an empty run (a
+    /// layer that keeps no bulk, such as a sliding-window layer) has empty moments at every
+    /// checkpoint.
     pub fn from_keys<'a, F, R>(signature: ModelSignature, stride: u64, mut keys: F) -> Result<Self>
     where
         F: FnMut(usize, usize) -> R,

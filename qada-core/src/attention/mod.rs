@@ -3,7 +3,7 @@
 //! `o = softmax(s) V` with `s_i = scale * q . k_i`. One idea per module:
 //! - [`KvSegments`] (`segments`): one KV head's sink, bulk and window rows and bulk moments;
 //! - `exp`: [`fast_exp`], [`exp_in_place`], [`max_score`] and the constants of the reduction;
-//! - [`Elem`] (`elem`): f32 and f16 rows, the safe entry points that check shapes and choose a
+//! - [`Elem`] (`elem`): f32, f16 and q8 rows ([`qada_stats::Q8Block`], read in place), the safe entry points that check shapes and choose a
 //!   kernel (the AVX2 one when [`qada_stats::simd::Avx2::detect`] gives a token);
 //! - `portable` and `avx2`: the kernels themselves;
 //! - `softmax`: the reference [`scores`], [`softmax_attend`], [`dense_attention`] and
@@ -14,6 +14,8 @@ mod avx2;
 mod elem;
 mod exp;
 mod portable;
+#[cfg(test)]
+mod q8_props;
 mod segments;
 mod softmax;
 

@@ -44,7 +44,8 @@ impl KvSegments<'_> {
         self.len() == 0
     }
 
-    /// Check that every slice is a whole number of rows and keys match values.
+    /// Check that every slice is a whole number of rows and keys match values (in length and
+    /// element type; q8 rows need `d % 32 == 0`).
     pub fn validate(&self) -> Result<()> {
         let d = self.dim;
         let pairs = [
@@ -53,8 +54,9 @@ impl KvSegments<'_> {
             ("window", self.window_keys, self.window_values),
         ];
         for (what, k, v) in pairs {
-            if d == 0 || k.len() % d != 0 || k.len() != v.len() || k.elem_bytes() != v.elem_bytes()
-            {
+            // q8 rows are whole blocks of 32: `d` must be a multiple of 32
+            let q8_ragged = matches!(k, Rows::Q8(_)) && d % qada_stats::Q8_BLOCK != 0;
+            if d == 0 || k.len() % d != 0 || k.len() != v.len() || !k.same_dtype(&v) || q8_ragged {
                 return Err(CoreError::DimensionMismatch {
                     what: match what {
                         "sink" => "sink keys / values",

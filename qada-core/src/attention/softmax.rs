@@ -7,14 +7,19 @@
 //!
 //! Lengths: every function works on whole rows of the given length and the common prefix of
 //! its slices (a shorter `out` gets fewer scores), so no length reaches an out-of-bounds index.
+//! Q8 rows ([`Rows::Q8`], `x ~ d q` per block of 32) are read in place; a row length that is
+//! not a multiple of 32 has no whole q8 row, so there are no scores and no weighted rows.
 
-use qada_stats::{f16, Rows};
+use qada_stats::{f16, Q8Block, Rows};
 
 use super::{max_score, Elem, KvSegments};
 
 fn scores_typed<T: Elem>(q: &[f32], keys: &[T], scale: f32, out: &mut [f32]) {
     let d = q.len();
-    for (o, k) in out.iter_mut().zip(keys.chunks_exact(d)) {
+    if d % T::VALUES != 0 {
+        return;
+    }
+    for (o, k) in out.iter_mut().zip(keys.chunks_exact(d / T::VALUES)) {
         *o = scale * T::dot(q, k);
     }
 }
@@ -27,6 +32,7 @@ pub fn scores(q: &[f32], keys: Rows<'_>, scale: f32, out: &mut [f32]) {
     match keys {
         Rows::F32(k) => scores_typed(q, k, scale, out),
         Rows::F16(k) => scores_typed(q, k, scale, out),
+        Rows::Q8(k) => scores_typed(q, k, scale, out),
     }
 }
 
@@ -45,6 +51,11 @@ pub fn weighted_sum(acc: &mut [f32], w: &[f32], values: Rows<'_>) {
             .iter()
             .zip(v.chunks_exact(d))
             .for_each(|(&wi, r)| f16::axpy(acc, wi, r)),
+        Rows::Q8(v) if d % Q8Block::VALUES == 0 => w
+            .iter()
+            .zip(v.chunks_exact(d / Q8Block::VALUES))
+            .for_each(|(&wi, r)| Q8Block::axpy(acc, wi, r)),
+        Rows::Q8(_) => {}
     }
 }
 
