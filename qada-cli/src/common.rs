@@ -277,6 +277,16 @@ pub struct CriterionArgs {
     pub kv: String,
 }
 
+/// The cache element type a `--kv` value names.
+pub fn parse_kv(kv: &str) -> CliResult<KvDtype> {
+    match kv {
+        "f32" => Ok(KvDtype::F32),
+        "f16" => Ok(KvDtype::F16),
+        "q8" => Ok(KvDtype::Q8),
+        k => fail(format!("--kv {k:?}: use f32, f16 or q8")),
+    }
+}
+
 impl CriterionArgs {
     /// The criterion.
     pub fn criterion(&self, model: &Model) -> CliResult<Box<dyn LocalityCriterion>> {
@@ -312,12 +322,7 @@ impl CriterionArgs {
 
     /// Element type of the KV cache.
     pub fn kv_dtype(&self) -> CliResult<KvDtype> {
-        match self.kv.as_str() {
-            "f32" => Ok(KvDtype::F32),
-            "f16" => Ok(KvDtype::F16),
-            "q8" => Ok(KvDtype::Q8),
-            k => fail(format!("--kv {k:?}: use f32, f16 or q8")),
-        }
+        parse_kv(&self.kv)
     }
 
     /// Sink and window sizes.

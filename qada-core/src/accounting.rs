@@ -67,9 +67,9 @@ impl Accounting {
         window_len: usize,
         d: usize,
         n_kv_heads: usize,
-        bytes_per_value: usize,
+        bytes_per_value: f64,
     ) {
-        self.sliding_kv_bytes += (window_len * 2 * d * n_kv_heads.max(1) * bytes_per_value) as f64;
+        self.sliding_kv_bytes += (window_len * 2 * d * n_kv_heads.max(1)) as f64 * bytes_per_value;
         self.sliding_layer_steps += 1;
     }
 
@@ -77,7 +77,7 @@ impl Accounting {
     ///
     /// `total_len` is `T`, `local_len` is `|I|`, `d` the head dimension, `n_kv_heads` the KV
     /// heads (query head `h` reads KV head `h / (n_heads / n_kv_heads)`), `bytes_per_value`
-    /// the size of one cached K or V element, `decision_flops` the criterion's cost per head.
+    /// the bytes of one cached K or V value (scales included), `decision_flops` the criterion's cost per head.
     #[allow(clippy::too_many_arguments)]
     pub fn record_layer(
         &mut self,
@@ -87,7 +87,7 @@ impl Accounting {
         local_len: usize,
         d: usize,
         n_kv_heads: usize,
-        bytes_per_value: usize,
+        bytes_per_value: f64,
         decision_flops: u64,
     ) {
         let has_bulk = total_len > local_len;
@@ -106,7 +106,7 @@ impl Accounting {
         }
         let n_kv = n_kv_heads.max(1);
         let group = (n_heads / n_kv).max(1);
-        let bytes_row = 2.0 * d * bytes_per_value as f64;
+        let bytes_row = 2.0 * d * bytes_per_value;
         for g in 0..n_kv {
             let any_long = decisions
                 .iter()
@@ -220,9 +220,18 @@ mod tests {
     #[test]
     fn sliding_layers_are_counted_apart_from_the_criterion_ratios() {
         let mut acc = Accounting::new(2, 2);
-        acc.record_layer(1, &[Decision::LOCAL, Decision::LOCAL], 100, 10, 8, 1, 2, 0);
+        acc.record_layer(
+            1,
+            &[Decision::LOCAL, Decision::LOCAL],
+            100,
+            10,
+            8,
+            1,
+            2.0,
+            0,
+        );
         let (ratio, sparsity) = (acc.kv_bytes_ratio(), acc.sparsity());
-        acc.record_sliding_layer(50, 8, 1, 2);
+        acc.record_sliding_layer(50, 8, 1, 2.0);
         assert_eq!(acc.sliding_kv_bytes, (50 * 2 * 8 * 2) as f64);
         assert_eq!(acc.sliding_layer_steps, 1);
         assert_eq!((acc.kv_bytes_ratio(), acc.sparsity()), (ratio, sparsity));
@@ -235,11 +244,11 @@ mod tests {
     fn sparsity_per_head_is_local_over_decisions_per_layer_and_head() {
         let mut acc = Accounting::new(2, 2);
         let (local, long) = (Decision::LOCAL, Decision::LONG);
-        acc.record_layer(0, &[local, long], 100, 10, 8, 1, 2, 0);
-        acc.record_layer(0, &[local, local], 100, 10, 8, 1, 2, 0);
-        acc.record_layer(1, &[long, local], 100, 10, 8, 1, 2, 0);
+        acc.record_layer(0, &[local, long], 100, 10, 8, 1, 2.0, 0);
+        acc.record_layer(0, &[local, local], 100, 10, 8, 1, 2.0, 0);
+        acc.record_layer(1, &[long, local], 100, 10, 8, 1, 2.0, 0);
         // no bulk: not a decision
-        acc.record_layer(1, &[local, local], 10, 10, 8, 1, 2, 0);
+        acc.record_layer(1, &[local, local], 10, 10, 8, 1, 2.0, 0);
         let s = acc.sparsity_per_head();
         assert_eq!(s.dim(), (2, 2));
         assert_eq!(

@@ -205,7 +205,7 @@ fn accounting_counts_sparsity_flops_and_bytes() {
     let l = Decision::LOCAL;
     let g = Decision::LONG;
     // layer 0: group 0 all local, group 1 one long head. T = 1000, |I| = 100, d = 10.
-    acc.record_layer(0, &[l, l, l, g], 1000, 100, 10, 2, 4, 0);
+    acc.record_layer(0, &[l, l, l, g], 1000, 100, 10, 2, 4.0, 0);
     assert_eq!(acc.layer_sparsity(0), 0.75);
     assert_eq!(acc.head(0, 3).decisions, 1);
     assert_eq!(acc.dense_flops, 4.0 * 4.0 * 1000.0 * 10.0);
@@ -214,7 +214,7 @@ fn accounting_counts_sparsity_flops_and_bytes() {
     assert_eq!(acc.dense_kv_bytes, 2.0 * 1000.0 * 2.0 * 10.0 * 4.0);
     assert_eq!(acc.kv_bytes, (100.0 + 1000.0) * 2.0 * 10.0 * 4.0);
     // a step without a bulk counts cost but no decision
-    acc.record_layer(1, &[l, l, l, l], 50, 50, 10, 2, 4, 0);
+    acc.record_layer(1, &[l, l, l, l], 50, 50, 10, 2, 4.0, 0);
     assert_eq!(acc.total().decisions, 4);
     assert_eq!(acc.sparsity(), 0.75);
 }

@@ -456,7 +456,7 @@ impl Attend for DecodeAttention<'_, '_> {
                 self.decisions,
             )?;
             let len = head0.split().window.len();
-            let bytes = head0.keys().elem_bytes();
+            let bytes = head0.keys().value_bytes();
             self.accounting
                 .record_sliding_layer(len, d, c.n_kv_heads, bytes);
             return Ok(());
@@ -480,7 +480,7 @@ impl Attend for DecodeAttention<'_, '_> {
             split.local_len(),
             d,
             c.n_kv_heads,
-            head0.keys().elem_bytes(),
+            head0.keys().value_bytes(),
             flops,
         );
         if let Some(obs) = self.observer.as_deref_mut() {

@@ -76,13 +76,13 @@ impl<'a> Rows<'a> {
             },
         }
     }
-    /// Bytes of one value, rounded down: 4, 2, and 1 for `Q8` (whose 2-byte scale per 32
-    /// values [`Rows::bytes`] counts).
-    pub fn elem_bytes(&self) -> usize {
+    /// Bytes of one value, scales included: 4, 2, and 34 / 32 for `Q8` (32 one-byte quants
+    /// and a 2-byte scale per block).
+    pub fn value_bytes(&self) -> f64 {
         match self {
-            Rows::F32(_) => 4,
-            Rows::F16(_) => 2,
-            Rows::Q8(_) => 1,
+            Rows::F32(_) => 4.0,
+            Rows::F16(_) => 2.0,
+            Rows::Q8(_) => 34.0 / 32.0,
         }
     }
     /// Bytes the rows take: `4 len`, `2 len`, or 34 per 32 values for `Q8`.

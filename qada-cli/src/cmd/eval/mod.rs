@@ -20,13 +20,13 @@ use std::sync::Arc;
 use qada_core::{
     Accounting, Approx, Dense, LocalityCriterion, Oracle, Static, StaticTable, Tau, Window,
 };
-use qada_kv::{MomentsMode, WindowConfig};
+use qada_kv::{KvDtype, MomentsMode, WindowConfig};
 use qada_model::eval::{dense_prefill, passkey, FidelityTotals};
 use qada_model::{FidelityReference, Model, PasskeyTask, Session, SessionOptions};
 use qada_stats::MomentTable;
 
 use super::calibrate::{corpus_prompts, moment_table, static_table};
-use crate::common::{fail, load_model, progress_bar, CliResult, ModelArgs};
+use crate::common::{fail, load_model, parse_kv, progress_bar, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part};
 
 mod report;
@@ -61,6 +61,9 @@ pub struct Args {
     /// Local window size.
     #[arg(long, default_value_t = 128)]
     local: usize,
+    /// Element type of the KV cache: f16, f32 or q8 (as `qada generate --kv`).
+    #[arg(long, default_value = "f16")]
+    kv: String,
     /// Folder for CSV, JSON and PNG outputs.
     #[arg(long, default_value = "eval-out")]
     out_dir: PathBuf,
@@ -189,6 +192,14 @@ impl Decisions {
 
 /// The passkey task: per seed, one haystack and a prompt per (length, depth), each prefilled
 /// once and answered under every configuration.
+/// A session's options: dense to start, the given window and cache element type.
+fn session_options(window: WindowConfig, kv: KvDtype) -> SessionOptions {
+    SessionOptions {
+        kv_dtype: kv,
+        ..SessionOptions::new(Box::new(Dense), window)
+    }
+}
+
 fn passkey(
     model: &Model,
     corpus: &Corpus,
@@ -196,6 +207,7 @@ fn passkey(
     cfgs: &[Config],
     table: Option<&Arc<MomentTable>>,
     window: WindowConfig,
+    kv: KvDtype,
 ) -> CliResult<Vec<Row>> {
     let task = PasskeyTask::new(&model.tokenizer)?;
     let n_trials = plan.lengths.len() * plan.depths.len() * plan.seeds;
@@ -205,7 +217,7 @@ fn passkey(
         .iter()
         .map(|_| (Decisions::default(), 0.0, 0))
         .collect();
-    let mut session = Session::new(model, SessionOptions::new(Box::new(Dense), window))?;
+    let mut session = Session::new(model, session_options(window, kv))?;
     for seed in 0..plan.seeds as u64 {
         let hay = corpus.running_text(Part::Evaluation, 60_000, 7 + seed);
         for prompt in task.trials(&hay, &plan.lengths, &plan.depths, 1000 + seed)? {
@@ -245,11 +257,12 @@ fn fidelity(
     cfgs: &[Config],
     table: Option<&Arc<MomentTable>>,
     window: WindowConfig,
+    kv: KvDtype,
 ) -> CliResult<Vec<Row>> {
     let tok = &model.tokenizer;
     let (t, n) = (plan.fidelity_len, plan.fidelity_steps);
     let pb = progress_bar((plan.fidelity_texts * cfgs.len()) as u64, "fidelity");
-    let mut session = Session::new(model, SessionOptions::new(Box::new(Dense), window))?;
+    let mut session = Session::new(model, session_options(window, kv))?;
     let mut accs: Vec<(Decisions, FidelityTotals)> = cfgs
         .iter()
         .map(|_| (Decisions::default(), FidelityTotals::default()))
@@ -318,6 +331,7 @@ pub fn run(a: Args) -> CliResult<()> {
     let model = load_model(&a.model)?;
     let corpus = Corpus::load(a.corpus.as_deref())?;
     let window = WindowConfig::new(a.sink, a.local)?;
+    let kv = parse_kv(&a.kv)?;
     let ctx = model.config.context_length;
     let plan = if a.quick {
         Plan {
@@ -395,12 +409,12 @@ pub fn run(a: Args) -> CliResult<()> {
     let mut summary = String::new();
     let mut all_rows = Vec::new();
     if do_passkey {
-        let rows = passkey(&model, &corpus, &plan, &cfgs, Some(&table), window)?;
+        let rows = passkey(&model, &corpus, &plan, &cfgs, Some(&table), window, kv)?;
         write_outputs(&a.out_dir, "passkey", &rows, &mut summary)?;
         all_rows.extend(rows);
     }
     if do_fidelity {
-        let rows = fidelity(&model, &corpus, &plan, &cfgs, Some(&table), window)?;
+        let rows = fidelity(&model, &corpus, &plan, &cfgs, Some(&table), window, kv)?;
         write_outputs(&a.out_dir, "fidelity", &rows, &mut summary)?;
         all_rows.extend(rows);
     }
