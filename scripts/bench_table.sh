@@ -8,7 +8,9 @@
 #     DEPTHS  comma-separated, e.g. 0,4096,8192,16384
 #     KV      f16 (default) and/or q8: the cache of both tools (llama.cpp: -ctk/-ctv q8_0 -fa 1)
 #   env: PP (prefill tokens, default 512), REPS (qada decode runs, default 3), OUT (folder of the
-#        raw JSON, default target/bench_table), ACT (qada activations, default f32)
+#        raw JSON, default target/bench_table), ACT (qada activations, default f32),
+#        DEEP_FROM and DEEP_FA: from this depth on, llama.cpp's f16 runs use only these flash
+#        attention settings (default: all depths 0,1; an hour saved on Qwen at 8k and 16k)
 #
 # llama-bench (built by scripts/llama_bench.sh) runs -t 2 -n 32 -r 1, flash attention off and
 # on for f16 (its best is the peer), on for q8_0; qada runs `qada bench` with the same depths,
@@ -44,8 +46,26 @@ for kv in "${kvs[@]}"; do
     *) echo "KV $kv: use f16 or q8" >&2; exit 2 ;;
   esac
   echo "llama-bench, $kv cache ..." >&2
-  "$lb" -m "$file" -t 2 -p "$pp" -n 32 -d "$depths" -r 1 "${lflags[@]}" -o json \
-    >"$out/$tag-llama-$kv.json"
+  shallow="$depths" deep=""
+  if [ "$kv" = f16 ] && [ -n "${DEEP_FROM:-}" ]; then
+    shallow=$(tr , '\n' <<<"$depths" | awk -v d="$DEEP_FROM" '$1 < d' | paste -sd,)
+    deep=$(tr , '\n' <<<"$depths" | awk -v d="$DEEP_FROM" '$1 >= d' | paste -sd,)
+  fi
+  : >"$out/$tag-llama-$kv.parts"
+  if [ -n "$shallow" ]; then
+    "$lb" -m "$file" -t 2 -p "$pp" -n 32 -d "$shallow" -r 1 "${lflags[@]}" -o json \
+      >>"$out/$tag-llama-$kv.parts"
+  fi
+  if [ -n "$deep" ]; then
+    "$lb" -m "$file" -t 2 -p "$pp" -n 32 -d "$deep" -r 1 -fa "${DEEP_FA:-0,1}" -o json \
+      >>"$out/$tag-llama-$kv.parts"
+  fi
+  # llama-bench prints one JSON array per run: join them
+  python3 -c 'import json,sys; d=json.JSONDecoder(); s=open(sys.argv[1]).read(); out=[]; i=0
+while i < len(s):
+    if s[i].isspace(): i += 1; continue
+    v, i = d.raw_decode(s, i); out += v
+print(json.dumps(out))' "$out/$tag-llama-$kv.parts" >"$out/$tag-llama-$kv.json"
   echo "qada bench, $kv cache ..." >&2
   "$qada" bench --model "$model" --depth "$depths" --new-tokens 32 --reps "$reps" --pp "$pp" \
     --kv "$kv" --activations "$act" --json >"$out/$tag-qada-$kv.json"

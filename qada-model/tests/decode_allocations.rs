@@ -17,11 +17,20 @@ struct Counting;
 
 static COUNTING: AtomicBool = AtomicBool::new(false);
 static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+/// Sizes of the first allocations counted (0: none), for the failure message.
+static SIZES: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
+
+fn count(layout: Layout) {
+    let i = ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    if let Some(s) = SIZES.get(i) {
+        s.store(layout.size(), Ordering::Relaxed);
+    }
+}
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if COUNTING.load(Ordering::Relaxed) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+            count(layout);
         }
         System.alloc(layout)
     }
@@ -30,7 +39,7 @@ unsafe impl GlobalAlloc for Counting {
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         if COUNTING.load(Ordering::Relaxed) {
-            ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+            count(Layout::from_size_align(new_size, layout.align()).unwrap_or(layout));
         }
         System.realloc(ptr, layout, new_size)
     }
@@ -62,6 +71,7 @@ fn allocations_while_decoding(
         for i in 0..warm + steps {
             if i == warm {
                 ALLOCATIONS.store(0, Ordering::SeqCst);
+                SIZES.iter().for_each(|s| s.store(0, Ordering::SeqCst));
                 COUNTING.store(true, Ordering::SeqCst);
             }
             let logits = session.step(next).unwrap();
@@ -99,9 +109,10 @@ fn decoding_steps_allocate_nothing_once_warm() {
     for (name, make) in criteria {
         for dtype in [KvDtype::F32, KvDtype::F16, KvDtype::Q8] {
             let n = allocations_while_decoding(&model, make(), dtype, &prompt, 4, 24);
+            let sizes: Vec<usize> = SIZES.iter().map(|s| s.load(Ordering::SeqCst)).collect();
             assert_eq!(
                 n, 0,
-                "{name} with {dtype:?} K/V: {n} allocations in 24 steps"
+                "{name} with {dtype:?} K/V: {n} allocations in 24 steps (bytes of the first: {sizes:?})"
             );
         }
     }
