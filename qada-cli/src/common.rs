@@ -111,8 +111,10 @@ pub struct ModelArgs {
     /// load: the exact reference path, four times the memory traffic).
     #[arg(long, default_value = "native")]
     pub weights: String,
-    /// Activations in quantized products: f32 (within 1e-3 of the f32 path) or int8 (faster,
-    /// logits within 1.5, as llama.cpp's scheme).
+    /// Activations in quantized products: f32 (within 1e-3 of the f32 path) or int8 (8 bits
+    /// per 32 values, llama.cpp's scheme: integer kernels for every quantized type, faster
+    /// decoding; logits within 1.5 of the f32 path on SmolLM2, measured 1.17, and 0.6 on
+    /// Qwen2.5-0.5B, measured 0.29).
     #[arg(long, default_value = "f32")]
     pub activations: String,
     /// Most tokens a sequence may hold: the file's context length, or less (a smaller cache
