@@ -18,7 +18,7 @@ use crate::quant::{
 /// An f16 scale as f32, by `vmovd` and `vcvtph2ps` written out. From intrinsics LLVM
 /// compiles a scalar f16 conversion to `vpinsrw` into whatever register it deems free, often
 /// the accumulator: every block's conversion then waited for the previous block's FMA
-/// (Q4_0 against int8 activations ran at a third of its speed).
+/// (rows against int8 activations ran at about half their speed).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(super) unsafe fn f16(h: F16Bytes) -> f32 {
