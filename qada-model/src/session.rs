@@ -442,27 +442,12 @@ impl Attend for DecodeAttention<'_, '_> {
         self.cache.append(l, k, v)?;
         let layer = CacheLayer(self.cache.layer(l)?);
         let head0 = layer.0.head(0);
-        if !c.layers[l].is_global() {
-            // the cache shows a sliding layer's last W positions as its window (no bulk):
-            // dense attention over it, no decision to record
-            attend_layer(
-                &Dense,
-                l,
-                q,
-                &layer,
-                scale,
-                self.layer_scratch,
-                out,
-                self.decisions,
-            )?;
-            let len = head0.split().window.len();
-            let bytes = head0.keys().value_bytes();
-            self.accounting
-                .record_sliding_layer(len, d, c.n_kv_heads, bytes);
-            return Ok(());
-        }
+        // the cache shows a sliding layer's last W positions as its window (no bulk): dense
+        // attention over it, no decision to record
+        let global = c.layers[l].is_global();
+        let criterion: &dyn LocalityCriterion = if global { self.criterion } else { &Dense };
         attend_layer(
-            self.criterion,
+            criterion,
             l,
             q,
             &layer,
@@ -471,6 +456,13 @@ impl Attend for DecodeAttention<'_, '_> {
             out,
             self.decisions,
         )?;
+        if !global {
+            let len = head0.split().window.len();
+            let bytes = head0.keys().value_bytes();
+            self.accounting
+                .record_sliding_layer(len, d, c.n_kv_heads, bytes);
+            return Ok(());
+        }
         let split = head0.split();
         let flops = self.criterion.decision_flops(d, split.bulk_len());
         self.accounting.record_layer(

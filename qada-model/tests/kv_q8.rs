@@ -18,43 +18,9 @@
 
 mod common;
 
-use qada_core::Dense;
-use qada_kv::{KvDtype, WindowConfig};
-use qada_model::{LoadOptions, Model, Session, SessionOptions};
+use qada_kv::KvDtype;
 
 const STEPS: usize = 24;
-
-fn session(m: &Model, dtype: KvDtype) -> Session<'_> {
-    let mut o = SessionOptions::new(Box::new(Dense), WindowConfig::PAPER);
-    o.kv_dtype = dtype;
-    Session::new(m, o).unwrap()
-}
-
-/// Every step's largest logit difference, and the steps whose argmax differs, over the
-/// reference prompts.
-fn compare(path: &std::path::Path, reference: &serde_json::Value) -> (Vec<f32>, usize) {
-    let m = Model::load(path, &LoadOptions::default()).unwrap();
-    let (mut diffs, mut flips) = (Vec::new(), 0);
-    for p in reference["prompts"].as_array().unwrap() {
-        let tokens = common::ids(&p["token_ids"]);
-        let (mut a, mut b) = (session(&m, KvDtype::F16), session(&m, KvDtype::Q8));
-        let mut la = a.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
-        let mut lb = b.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
-        for _ in 0..STEPS {
-            let d = la
-                .iter()
-                .zip(&lb)
-                .map(|(x, y)| (x - y).abs())
-                .fold(0.0, f32::max);
-            diffs.push(d);
-            let next = common::argmax(&la);
-            flips += usize::from(next != common::argmax(&lb));
-            la = a.step(next).unwrap().to_vec();
-            lb = b.step(next).unwrap().to_vec();
-        }
-    }
-    (diffs, flips)
-}
 
 #[test]
 fn the_q8_cache_stays_within_its_bounds_against_f16() {
@@ -83,7 +49,8 @@ fn the_q8_cache_stays_within_its_bounds_against_f16() {
             1,
         ),
     ] {
-        let (mut diffs, flips) = compare(&path, &reference);
+        let (mut diffs, flips) =
+            common::cache_step_diffs(&path, &reference, KvDtype::F16, KvDtype::Q8, STEPS);
         diffs.sort_by(f32::total_cmp);
         let (worst, median) = (diffs[diffs.len() - 1], diffs[diffs.len() / 2]);
         eprintln!(

@@ -21,6 +21,7 @@ use super::avx2::f16;
 use super::{Q8Acts, QK};
 use crate::quant::{
     scale_min_k4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8_0,
+    F16Bytes,
 };
 
 /// 16 bytes of nibbles -> 32 unsigned bytes: low nibbles then high nibbles.
@@ -180,91 +181,113 @@ pub(crate) unsafe fn dot_q5_0(row: &[BlockQ5_0], a: &Q8Acts) -> f32 {
     }))
 }
 
-/// Q4_K row against int8 activations: over the sub-blocks `s` (32 values each, activation
-/// block `8 b + s`), `d sc_s d_x sum_j q_j q_x,j - dmin m_s sum_j x_j`.
-///
-/// # Safety
-/// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
-/// `256 * row.len()` values.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q4_k(row: &[BlockQ4K], a: &Q8Acts) -> f32 {
-    let nb = row.len();
-    assert!(a.q.len() >= 256 * nb && a.d.len() >= 8 * nb && a.sums.len() >= 8 * nb);
-    let mask = _mm256_set1_epi8(0x0f);
-    let (mut acc1, mut acc2) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut mins = 0.0f32;
-    for (b, blk) in row.iter().enumerate() {
-        let d = f16(blk.d);
-        let mut m = 0.0f32;
-        for g in 0..4 {
-            let (s1, s2) = (8 * b + 2 * g, 8 * b + 2 * g + 1);
-            let (sc1, m1) = scale_min_k4(2 * g, &blk.scales);
-            let (sc2, m2) = scale_min_k4(2 * g + 1, &blk.scales);
-            m += m1 * a.sums[s1] + m2 * a.sums[s2];
-            // SAFETY: 32 g + 32 <= 128 bytes of `qs`; the assert makes `a.q` hold 256 values
-            // per block, so the loads at 32 s1 and 32 s2 (< 256 nb) are in it.
-            let (q, x1, x2) = (
-                _mm256_loadu_si256(blk.qs.as_ptr().add(32 * g).cast::<__m256i>()),
-                _mm256_loadu_si256(a.q.as_ptr().add(QK * s1).cast::<__m256i>()),
-                _mm256_loadu_si256(a.q.as_ptr().add(QK * s2).cast::<__m256i>()),
-            );
-            let lo = _mm256_and_si256(q, mask);
-            let hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
-            let p1 = _mm256_cvtepi32_ps(dot_u8_i8_i32(lo, x1));
-            let p2 = _mm256_cvtepi32_ps(dot_u8_i8_i32(hi, x2));
-            acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1 * a.d[s1]), p1, acc1);
-            acc2 = _mm256_fmadd_ps(_mm256_set1_ps(d * sc2 * a.d[s2]), p2, acc2);
-        }
-        mins += f16(blk.dmin) * m;
-    }
-    hsum(_mm256_add_ps(acc1, acc2)) - mins
+/// The parts of a Q4_K or Q5_K block the shared kernel [`dot_k4`] reads.
+struct K4Parts<'b> {
+    d: F16Bytes,
+    dmin: F16Bytes,
+    scales: &'b [u8; 12],
+    qs: &'b [u8; 128],
 }
 
-/// Q5_K row against int8 activations: as [`dot_q4_k`], the fifth bit of value `l` of
-/// sub-block `2 g` bit `2 g` of `qh[l]`, of sub-block `2 g + 1` bit `2 g + 1`.
+/// Q4_K or Q5_K row against int8 activations: over the sub-blocks `s` (32 values each,
+/// activation block `8 b + s`), `d sc_s d_x sum_j q_j q_x,j - dmin m_s sum_j x_j`.
+/// `qh(blk)` gives Q5_K's 32 bytes of fifth bits (`None` for Q4_K): bit `2 g` of byte `l` is
+/// the fifth bit of value `l` of sub-block `2 g`, bit `2 g + 1` of sub-block `2 g + 1`.
 ///
 /// # Safety
 /// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
 /// `256 * row.len()` values.
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q5_k(row: &[BlockQ5K], a: &Q8Acts) -> f32 {
+unsafe fn dot_k4<B>(
+    row: &[B],
+    a: &Q8Acts,
+    parts: impl Fn(&B) -> K4Parts<'_>,
+    qh: impl Fn(&B) -> Option<__m256i>,
+) -> f32 {
     let nb = row.len();
     assert!(a.q.len() >= 256 * nb && a.d.len() >= 8 * nb && a.sums.len() >= 8 * nb);
     let (mask, one) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(1));
     let (mut acc1, mut acc2) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     let mut mins = 0.0f32;
     for (b, blk) in row.iter().enumerate() {
-        let d = f16(blk.d);
+        let p = parts(blk);
+        let qh = qh(blk);
+        let d = f16(p.d);
         let mut m = 0.0f32;
-        // SAFETY: the 32-byte load reads exactly `qh`.
-        let qh = _mm256_loadu_si256(blk.qh.as_ptr().cast::<__m256i>());
         for g in 0..4 {
             let (s1, s2) = (8 * b + 2 * g, 8 * b + 2 * g + 1);
-            let (sc1, m1) = scale_min_k4(2 * g, &blk.scales);
-            let (sc2, m2) = scale_min_k4(2 * g + 1, &blk.scales);
+            let (sc1, m1) = scale_min_k4(2 * g, p.scales);
+            let (sc2, m2) = scale_min_k4(2 * g + 1, p.scales);
             m += m1 * a.sums[s1] + m2 * a.sums[s2];
-            // bit 2 g (2 g + 1) of each byte to bit 0, the bits shifted in from the next
-            // byte of the 16-bit lane masked away, then to bit 4
-            let h = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32));
-            let h1 = _mm256_slli_epi16(_mm256_and_si256(h, one), 4);
-            let h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4);
             // SAFETY: 32 g + 32 <= 128 bytes of `qs`; the assert makes `a.q` hold 256 values
             // per block, so the loads at 32 s1 and 32 s2 (< 256 nb) are in it.
             let (q, x1, x2) = (
-                _mm256_loadu_si256(blk.qs.as_ptr().add(32 * g).cast::<__m256i>()),
+                _mm256_loadu_si256(p.qs.as_ptr().add(32 * g).cast::<__m256i>()),
                 _mm256_loadu_si256(a.q.as_ptr().add(QK * s1).cast::<__m256i>()),
                 _mm256_loadu_si256(a.q.as_ptr().add(QK * s2).cast::<__m256i>()),
             );
-            let lo = _mm256_or_si256(_mm256_and_si256(q, mask), h1);
-            let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), mask), h2);
+            let mut lo = _mm256_and_si256(q, mask);
+            let mut hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), mask);
+            if let Some(qh) = qh {
+                // bit 2 g (2 g + 1) of each byte to bit 0, the bits shifted in from the next
+                // byte of the 16-bit lane masked away, then to bit 4
+                let h = _mm256_srl_epi16(qh, _mm_cvtsi32_si128(2 * g as i32));
+                let h1 = _mm256_slli_epi16(_mm256_and_si256(h, one), 4);
+                let h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), one), 4);
+                lo = _mm256_or_si256(lo, h1);
+                hi = _mm256_or_si256(hi, h2);
+            }
             let p1 = _mm256_cvtepi32_ps(dot_u8_i8_i32(lo, x1));
             let p2 = _mm256_cvtepi32_ps(dot_u8_i8_i32(hi, x2));
             acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * sc1 * a.d[s1]), p1, acc1);
             acc2 = _mm256_fmadd_ps(_mm256_set1_ps(d * sc2 * a.d[s2]), p2, acc2);
         }
-        mins += f16(blk.dmin) * m;
+        mins += f16(p.dmin) * m;
     }
     hsum(_mm256_add_ps(acc1, acc2)) - mins
+}
+
+/// Q4_K row against int8 activations ([`dot_k4`] without fifth bits).
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
+/// `256 * row.len()` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q4_k(row: &[BlockQ4K], a: &Q8Acts) -> f32 {
+    dot_k4(
+        row,
+        a,
+        |blk| K4Parts {
+            d: blk.d,
+            dmin: blk.dmin,
+            scales: &blk.scales,
+            qs: &blk.qs,
+        },
+        |_| None,
+    )
+}
+
+/// Q5_K row against int8 activations: [`dot_k4`] with the fifth bit of value `l` of sub-block
+/// `2 g` bit `2 g` of `qh[l]`, of sub-block `2 g + 1` bit `2 g + 1`.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
+/// `256 * row.len()` values.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn dot_q5_k(row: &[BlockQ5K], a: &Q8Acts) -> f32 {
+    dot_k4(
+        row,
+        a,
+        |blk| K4Parts {
+            d: blk.d,
+            dmin: blk.dmin,
+            scales: &blk.scales,
+            qs: &blk.qs,
+        },
+        // SAFETY: the 32-byte load reads exactly `qh`.
+        |blk| Some(_mm256_loadu_si256(blk.qh.as_ptr().cast::<__m256i>())),
+    )
 }
 
 /// Q6_K row against int8 activations: `sum_b d_b sum_i d_x,i sum_t sc_t sum_j (q_j - 32)

@@ -52,6 +52,47 @@ pub fn dense_session(m: &qada_model::Model) -> qada_model::Session<'_> {
     qada_model::Session::new(m, opts).unwrap()
 }
 
+/// Two dense sessions of `m`, with caches of `a` and `b` elements, on every reference
+/// prompt: the largest logit difference at each of `steps` steps teacher-forced with the `a`
+/// run's greedy choices, and the steps whose argmax differs.
+pub fn cache_step_diffs(
+    path: &std::path::Path,
+    reference: &serde_json::Value,
+    a: qada_kv::KvDtype,
+    b: qada_kv::KvDtype,
+    steps: usize,
+) -> (Vec<f32>, usize) {
+    let m = qada_model::Model::load(path, &qada_model::LoadOptions::default()).unwrap();
+    let session = |dtype| {
+        let mut o = qada_model::SessionOptions::new(
+            Box::new(qada_core::Dense),
+            qada_kv::WindowConfig::PAPER,
+        );
+        o.kv_dtype = dtype;
+        qada_model::Session::new(&m, o).unwrap()
+    };
+    let (mut diffs, mut flips) = (Vec::new(), 0);
+    for p in reference["prompts"].as_array().unwrap() {
+        let tokens = ids(&p["token_ids"]);
+        let (mut sa, mut sb) = (session(a), session(b));
+        let mut la = sa.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
+        let mut lb = sb.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
+        for _ in 0..steps {
+            let d = la
+                .iter()
+                .zip(&lb)
+                .map(|(x, y)| (x - y).abs())
+                .fold(0.0, f32::max);
+            diffs.push(d);
+            let next = argmax(&la);
+            flips += usize::from(next != argmax(&lb));
+            la = sa.step(next).unwrap().to_vec();
+            lb = sb.step(next).unwrap().to_vec();
+        }
+    }
+    (diffs, flips)
+}
+
 /// Index of the largest value.
 pub fn argmax(v: &[f32]) -> u32 {
     v.iter()
