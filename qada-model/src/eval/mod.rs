@@ -11,9 +11,11 @@
 
 pub mod fidelity;
 pub mod passkey;
+pub mod task;
 
 pub use fidelity::{FidelityMeans, FidelityReference, FidelityStep, FidelityTotals};
 pub use passkey::{PasskeyPrompt, PasskeyTask};
+pub use task::{answer, TaskPrompt};
 
 use qada_core::Dense;
 use qada_kv::MomentsMode;

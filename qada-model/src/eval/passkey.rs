@@ -12,9 +12,9 @@ use std::ops::Range;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::generate::{Sampler, SamplingParams};
+use super::task::TaskPrompt;
 use crate::session::Session;
-use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::tokenizer::Tokenizer;
 use crate::{ModelError, Result};
 
 /// Tokens generated for an answer (a 5-digit key and a little slack).
@@ -64,6 +64,19 @@ impl PasskeyPrompt {
     /// contains it, else 0.
     pub fn score(&self, answer: &str) -> f64 {
         qada_core::metrics::recall(answer, &[self.expected()])
+    }
+
+    /// The prompt as every task gives it to the evaluation loop.
+    pub fn to_task(&self) -> TaskPrompt {
+        TaskPrompt {
+            task: "passkey",
+            ids: self.ids.clone(),
+            expected: vec![self.expected()],
+            answer_tokens: ANSWER_TOKENS,
+            depth: Some(self.depth),
+            needles: vec![self.needle.clone()],
+            haystack: self.haystack.clone(),
+        }
     }
 
     /// The depth the needle got: haystack tokens before it over all haystack tokens.
@@ -179,22 +192,8 @@ impl<'t> PasskeyTask<'t> {
     }
 }
 
-/// The answer of `session` as it stands (after a prefill or a restore): up to
-/// [`ANSWER_TOKENS`] greedy tokens, stopping at end of sequence, decoded to text. Every token
-/// is stepped, so the session's accounting covers the whole answer.
+/// The answer of `session` as it stands: up to [`ANSWER_TOKENS`] greedy tokens
+/// ([`super::task::answer`]).
 pub fn answer(session: &mut Session<'_>) -> Result<String> {
-    let tok = &session.model().tokenizer;
-    let mut sampler = Sampler::new(SamplingParams::default())?;
-    let mut next = sampler.sample(session.logits())?;
-    let mut dec = StreamDecoder::new();
-    let mut text = String::new();
-    for _ in 0..ANSWER_TOKENS {
-        if Some(next) == tok.eos() {
-            break;
-        }
-        text.push_str(&dec.push(tok, next));
-        next = sampler.sample(session.step(next)?)?;
-    }
-    text.push_str(&dec.finish());
-    Ok(text)
+    super::task::answer(session, ANSWER_TOKENS)
 }
