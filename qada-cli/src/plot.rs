@@ -98,8 +98,15 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
 }
 
-/// Metric against sparsity, one line per method.
-pub fn curves(path: &Path, title: &str, y_desc: &str, series: &[Series]) -> CliResult<()> {
+/// A metric against a share in `[0, 1]` (sparsity, or K/V bytes relative to dense), one line
+/// per method.
+pub fn curves(
+    path: &Path,
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[Series],
+) -> CliResult<()> {
     register_font();
     let pts = series
         .iter()
@@ -123,7 +130,7 @@ pub fn curves(path: &Path, title: &str, y_desc: &str, series: &[Series]) -> CliR
         .map_err(err)?;
     chart
         .configure_mesh()
-        .x_desc("sparsity (fraction of head decisions that are local)")
+        .x_desc(x_desc)
         .y_desc(y_desc)
         .draw()
         .map_err(err)?;

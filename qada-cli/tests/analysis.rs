@@ -190,7 +190,7 @@ fn calibration_files_are_made_used_and_checked() {
 }
 
 #[test]
-fn quick_eval_writes_rows_tables_and_plots() {
+fn quick_eval_writes_rows_tables_and_plots_and_resumes() {
     let dir = tmp("eval");
     let out = ok(&qada(&[
         "eval",
@@ -198,8 +198,13 @@ fn quick_eval_writes_rows_tables_and_plots() {
         "--out-dir",
         dir.to_str().unwrap(),
     ]));
+    assert!(out.contains("Dense accuracy per task and length"), "{out}");
     assert!(
         out.contains("passkey, accuracy at matched sparsity"),
+        "{out}"
+    );
+    assert!(
+        out.contains("passkey, accuracy at matched K/V bytes"),
         "{out}"
     );
     let rows: serde_json::Value =
@@ -219,21 +224,80 @@ fn quick_eval_writes_rows_tables_and_plots() {
     }
     let dense = rows.iter().find(|r| r["method"] == "dense").unwrap();
     assert_eq!(dense["sparsity"].as_f64().unwrap(), 0.0);
+    assert_eq!(dense["kv_bytes"].as_f64().unwrap(), 1.0);
     let window = rows.iter().find(|r| r["method"] == "window").unwrap();
     assert_eq!(window["sparsity"].as_f64().unwrap(), 1.0);
+    assert!(window["kv_bytes"].as_f64().unwrap() < 0.25);
+    // every RULER task has its dense row at 1024 tokens
+    for task in [
+        "niah-single",
+        "niah-multikey",
+        "niah-multivalue",
+        "niah-multiquery",
+        "vt",
+        "cwe",
+        "fwe",
+    ] {
+        let csv = std::fs::read_to_string(dir.join(format!("{task}.csv"))).unwrap();
+        assert!(
+            csv.contains(&format!("{task},1024,dense,,0.000000,1.000000,accuracy,")),
+            "{task}: {csv}"
+        );
+    }
     let csv = std::fs::read_to_string(dir.join("fidelity.csv")).unwrap();
-    assert!(csv.starts_with("task,method,parameter,sparsity,metric,value,count"));
+    assert!(csv.starts_with("task,length,method,parameter,sparsity,kv_bytes,metric,value,count"));
     assert!(
-        csv.contains("fidelity,dense,,0.000000,kl,0.000000"),
+        csv.contains("fidelity,1024,dense,,0.000000,1.000000,kl,0.000000"),
         "dense has zero KL to itself"
     );
     for f in [
         "passkey_accuracy.png",
+        "passkey_accuracy_bytes.png",
         "fidelity_kl.png",
         "fidelity_top1_agreement.png",
+        "summary_worst_drop_bytes.png",
     ] {
         assert!(is_png(&dir.join(f)), "{f}");
     }
+    // --resume after a finished run redoes nothing; --replot redraws from the records
+    let records = std::fs::read_to_string(dir.join("records.jsonl")).unwrap();
+    let started = std::time::Instant::now();
+    ok(&qada(&[
+        "eval",
+        "--quick",
+        "--resume",
+        "--out-dir",
+        dir.to_str().unwrap(),
+    ]));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("records.jsonl")).unwrap(),
+        records
+    );
+    assert!(started.elapsed().as_secs() < 30, "resume ran again");
+    std::fs::remove_file(dir.join("passkey_accuracy.png")).unwrap();
+    let out = ok(&qada(&[
+        "eval",
+        "--replot",
+        "--out-dir",
+        dir.to_str().unwrap(),
+    ]));
+    assert!(out.contains("Worst-case accuracy drop"), "{out}");
+    assert!(is_png(&dir.join("passkey_accuracy.png")));
+    // a resumed run must be the same model and cache
+    let o = qada(&[
+        "eval",
+        "--quick",
+        "--resume",
+        "--kv",
+        "f32",
+        "--out-dir",
+        dir.to_str().unwrap(),
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("--resume") && e.contains("kv"),
+        "{e}"
+    );
 }
 
 #[test]

@@ -11,6 +11,7 @@
 
 pub mod fidelity;
 pub mod passkey;
+pub mod ruler;
 pub mod task;
 
 pub use fidelity::{FidelityMeans, FidelityReference, FidelityStep, FidelityTotals};

@@ -1,37 +1,44 @@
-//! `qada eval`: quality against sparsity on a real model, as the paper's Figure 4.
+//! `qada eval`: quality against sparsity and K/V bytes on a real model, over RULER-style
+//! tasks, the passkey and next-token fidelity.
 //!
-//! Two tasks, each with one dense prefill per prompt shared by every configuration (the
-//! session is checkpointed after prefill and restored for each):
-//! - **passkey** (a RULER-style needle): a 5-digit pass key hidden at a depth of real corpus
-//!   text, asked for at the end in the chat template; success when the answer contains it.
-//! - **fidelity**: held-out corpus text, dense prefill of `T` tokens, then `N` teacher-forced
-//!   steps under each criterion, compared with dense: negative log-likelihood of the true
-//!   tokens, top-1 agreement, KL(dense || sparse).
+//! Tasks (`qada_model::eval`), each prompt prefilled once densely and run under every
+//! configuration from the checkpoint after prefill:
+//! - **passkey**: a 5-digit pass key hidden at a depth of real corpus text;
+//! - the **RULER** tasks `niah-single`, `niah-multikey`, `niah-multivalue`, `niah-multiquery`,
+//!   `vt`, `cwe`, `fwe`, generated with fixed seeds from the evaluation half of the corpus,
+//!   scored as RULER does (the share of expected strings in the answer);
+//! - **fidelity**: held-out text, dense prefill, then teacher-forced steps under each
+//!   configuration against dense: NLL, top-1 agreement, KL(dense || sparse).
 //!
-//! Configurations: dense and window (the two ends), oracle, approx with current moments and
-//! approx with calibration moments over `tau`, static over `alpha`.
-//!
-//! The tasks are `qada_model::eval` and the metrics `qada_core::metrics`; this module plans the
-//! sweep and runs it, [`report`] writes what it found.
+//! Dense runs first on every (task, length); other methods are compared only where dense
+//! reaches 0.5. Every (prompt, configuration) is appended to `records.jsonl` as it finishes
+//! (`--resume` skips those already there); the rows, tables and plots are rewritten after
+//! each (task, length). The pieces: [`configs`] (what is compared), [`sweep`] (running it),
+//! [`records`] (the log), [`rows`] (records summed), [`report`] (files and tables).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use qada_core::{
-    Accounting, Approx, Dense, LocalityCriterion, Oracle, Static, StaticTable, Tau, Window,
-};
-use qada_kv::{KvDtype, MomentsMode, WindowConfig};
-use qada_model::eval::{dense_prefill, passkey, FidelityTotals};
-use qada_model::{FidelityReference, Model, PasskeyTask, Session, SessionOptions};
+use qada_core::{StaticTable, Tau};
+use qada_kv::WindowConfig;
+use qada_model::eval::ruler::RulerPrompts;
+use qada_model::{Model, PasskeyTask, Session, SessionOptions};
 use qada_stats::MomentTable;
+use serde_json::json;
 
 use super::calibrate::{corpus_prompts, moment_table, static_table};
 use crate::common::{fail, load_model, parse_kv, progress_bar, CliResult, ModelArgs};
-use crate::corpus::{Corpus, Part};
+use crate::corpus::Corpus;
 
+mod configs;
+mod records;
 mod report;
+mod rows;
+mod sweep;
 
-use report::{read_rows, write_outputs, Row};
+use configs::{configs, parse_list, parse_methods};
+use records::{read_records, Record, RecordLog};
+use sweep::{EvalTask, Sweep};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -40,21 +47,42 @@ pub struct Args {
     /// Folder of corpus speeches (default: the setup script's).
     #[arg(long)]
     corpus: Option<PathBuf>,
-    /// passkey, fidelity or all.
+    /// Tasks, comma-separated: passkey, niah-single, niah-multikey, niah-multivalue,
+    /// niah-multiquery, vt, cwe, fwe, fidelity; `ruler` for its seven, `all` for every one.
     #[arg(long, default_value = "all")]
     task: String,
-    /// A small sweep for tests (under 5 minutes here).
+    /// Prompt lengths in tokens, comma-separated (default: 1024 doubling to 16384, within the
+    /// model's context; --quick: 1024).
+    #[arg(long)]
+    lengths: Option<String>,
+    /// Prompts per task and length (default 4; --quick 1). Needles go at depths spread over
+    /// [0.1, 0.9].
+    #[arg(long, alias = "seeds")]
+    samples: Option<usize>,
+    /// A small sweep for tests (under 2 minutes on SmolLM2 here).
     #[arg(long)]
     quick: bool,
-    /// Calibration moment table (default: made here from random words of the calibration part).
+    /// Methods, comma-separated, among dense, window, oracle, approx-current,
+    /// approx-calibration, static (dense always runs).
+    #[arg(
+        long,
+        default_value = "dense,window,oracle,approx-current,approx-calibration,static"
+    )]
+    methods: String,
+    /// Thresholds tau of the oracle and QAdA, comma-separated.
+    #[arg(long)]
+    taus: Option<String>,
+    /// Static heads' alphas, comma-separated.
+    #[arg(long)]
+    alphas: Option<String>,
+    /// Calibration moment table (default: made here from random words of the calibration
+    /// part, saved in --out-dir).
     #[arg(long)]
     moments_table: Option<PathBuf>,
-    /// Static table (default: made here from calibration prompts at tau_static 0.6).
+    /// Static table (default: made here from calibration prompts at tau_static 0.6, saved in
+    /// --out-dir).
     #[arg(long)]
     static_table: Option<PathBuf>,
-    /// Seeds per (length, depth) of the passkey task.
-    #[arg(long)]
-    seeds: Option<usize>,
     /// Attention sink size.
     #[arg(long, default_value_t = 16)]
     sink: usize,
@@ -64,367 +92,217 @@ pub struct Args {
     /// Element type of the KV cache: f16, f32 or q8 (as `qada generate --kv`).
     #[arg(long, default_value = "f16")]
     kv: String,
-    /// Folder for CSV, JSON and PNG outputs.
+    /// Folder for records, CSV, JSON, PNG and the summary.
     #[arg(long, default_value = "eval-out")]
     out_dir: PathBuf,
-    /// Redraw plots and the summary from the JSON rows already in --out-dir; run nothing.
+    /// Continue the run in --out-dir: keep its records and skip every (prompt, method) done.
+    #[arg(long)]
+    resume: bool,
+    /// Run every method even where dense is below 0.5.
+    #[arg(long)]
+    no_gate: bool,
+    /// Redraw plots and the summary from --out-dir's records.jsonl; run nothing.
     #[arg(long)]
     replot: bool,
 }
 
-const FULL_TAUS: &[f64] = &[
-    0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.995,
-];
-const FULL_ALPHAS: &[f64] = &[0.05, 0.15, 0.25, 0.35, 0.45, 0.55, 0.65, 0.75, 0.85, 0.95];
-const QUICK_TAUS: &[f64] = &[0.3, 0.6, 0.9, 0.99];
-const QUICK_ALPHAS: &[f64] = &[0.25, 0.5, 0.75];
+const FULL_TAUS: &[f64] = &[0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99];
+const FULL_ALPHAS: &[f64] = &[0.15, 0.35, 0.55, 0.75, 0.95];
+const QUICK_TAUS: &[f64] = &[0.6, 0.9];
+const QUICK_ALPHAS: &[f64] = &[0.5];
 
-/// One point of a sweep.
-struct Config {
-    method: &'static str,
-    param: Option<f64>,
-    criterion: Arc<dyn LocalityCriterion>,
-    calibrated: bool,
+/// Tokens kept free after the longest prompt (answers and fidelity steps).
+const ANSWER_ROOM: usize = 512;
+
+/// The default lengths: 1024 doubling to 16384, the last clipped to the context less
+/// [`ANSWER_ROOM`].
+fn default_lengths(ctx: usize) -> Vec<usize> {
+    let top = ctx.saturating_sub(ANSWER_ROOM);
+    let mut v = Vec::new();
+    let mut l = 1024;
+    while l <= 16384 {
+        v.push(l.min(top));
+        if l >= top {
+            break;
+        }
+        l *= 2;
+    }
+    v.dedup();
+    v
 }
 
-struct Plan {
-    lengths: Vec<usize>,
-    depths: Vec<f64>,
-    seeds: usize,
-    taus: &'static [f64],
-    alphas: &'static [f64],
-    fidelity_texts: usize,
-    fidelity_len: usize,
-    fidelity_steps: usize,
-    moments_len: usize,
-    static_prompts: usize,
-    static_len: usize,
+/// What a resumed run must share with the run it continues.
+fn run_identity(model: &Path, a: &Args) -> serde_json::Value {
+    let file = model.file_name().map(|f| f.to_string_lossy().into_owned());
+    json!({"model": file, "kv": a.kv, "sink": a.sink, "local": a.local})
 }
 
-fn configs(plan: &Plan, statics: &StaticTable, have_table: bool) -> CliResult<Vec<Config>> {
-    let mut v: Vec<Config> = vec![
-        Config {
-            method: "dense",
-            param: None,
-            criterion: Arc::new(Dense),
-            calibrated: false,
-        },
-        Config {
-            method: "window",
-            param: None,
-            criterion: Arc::new(Window),
-            calibrated: false,
-        },
-    ];
-    for &t in plan.taus {
-        v.push(Config {
-            method: "oracle",
-            param: Some(t),
-            criterion: Arc::new(Oracle::new(t)?),
-            calibrated: false,
-        });
-        v.push(Config {
-            method: "approx-current",
-            param: Some(t),
-            criterion: Arc::new(Approx::new(t)?),
-            calibrated: false,
-        });
-        if have_table {
-            v.push(Config {
-                method: "approx-calibration",
-                param: Some(t),
-                criterion: Arc::new(Approx::new(t)?),
-                calibrated: true,
-            });
+fn check_identity(dir: &Path, id: &serde_json::Value, resume: bool) -> CliResult<()> {
+    let path = dir.join("run.json");
+    if resume && path.exists() {
+        let old: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+        if &old != id {
+            return fail(format!(
+                "--resume: {} was made with {old}, this run is {id}; use the same model, --kv, \
+                 --sink and --local, or another --out-dir",
+                path.display()
+            ));
         }
     }
-    for &a in plan.alphas {
-        v.push(Config {
-            method: "static",
-            param: Some(a),
-            criterion: Arc::new(Static::from_table(statics, a)?),
-            calibrated: false,
-        });
-    }
-    Ok(v)
-}
-
-/// Offset into the calibration table for a prompt of `t` tokens: the paper's 1024, or a
-/// quarter of the prompt for prompts too short for it.
-fn table_offset(t: usize) -> usize {
-    1024.min(t / 4)
-}
-
-/// Prepare a restored session for one configuration.
-fn setup(
-    session: &mut Session<'_>,
-    cp: &qada_model::SessionCheckpoint,
-    c: &Config,
-    table: Option<&Arc<MomentTable>>,
-) -> CliResult<()> {
-    session.restore(cp)?;
-    session.set_criterion(Box::new(c.criterion.clone()));
-    if c.calibrated {
-        let table = table
-            .expect("calibrated configs exist only with a table")
-            .clone();
-        let offset = table_offset(session.len());
-        session.set_moments_mode(MomentsMode::Calibration { table, offset })?;
-    }
+    std::fs::write(&path, serde_json::to_string_pretty(id)?)?;
     Ok(())
 }
 
-/// The decisions of every run of one configuration, merged.
-#[derive(Default)]
-struct Decisions(Option<Accounting>);
-
-impl Decisions {
-    fn add(&mut self, a: &Accounting) {
-        match &mut self.0 {
-            Some(x) => x.merge(a),
-            None => self.0 = Some(a.clone()),
-        }
-    }
-    fn sparsity(&self) -> f64 {
-        self.0.as_ref().map_or(f64::NAN, |a| a.sparsity())
-    }
-}
-
-/// The passkey task: per seed, one haystack and a prompt per (length, depth), each prefilled
-/// once and answered under every configuration.
-/// A session's options: dense to start, the given window and cache element type.
-fn session_options(window: WindowConfig, kv: KvDtype) -> SessionOptions {
-    SessionOptions {
-        kv_dtype: kv,
-        ..SessionOptions::new(Box::new(Dense), window)
-    }
-}
-
-fn passkey(
+/// The calibration tables: given, saved by an earlier run in `dir` (with `--resume`), or
+/// made here and saved there.
+fn tables(
+    a: &Args,
     model: &Model,
     corpus: &Corpus,
-    plan: &Plan,
-    cfgs: &[Config],
-    table: Option<&Arc<MomentTable>>,
     window: WindowConfig,
-    kv: KvDtype,
-) -> CliResult<Vec<Row>> {
-    let task = PasskeyTask::new(&model.tokenizer)?;
-    let n_trials = plan.lengths.len() * plan.depths.len() * plan.seeds;
-    let pb = progress_bar((n_trials * cfgs.len()) as u64, "passkey");
-    // per config: decisions, sum of scores, trials
-    let mut accs: Vec<(Decisions, f64, u64)> = cfgs
-        .iter()
-        .map(|_| (Decisions::default(), 0.0, 0))
-        .collect();
-    let mut session = Session::new(model, session_options(window, kv))?;
-    for seed in 0..plan.seeds as u64 {
-        let hay = corpus.running_text(Part::Evaluation, 60_000, 7 + seed);
-        for prompt in task.trials(&hay, &plan.lengths, &plan.depths, 1000 + seed)? {
-            let cp = dense_prefill(&mut session, &prompt.ids)?;
-            for (c, acc) in cfgs.iter().zip(accs.iter_mut()) {
-                setup(&mut session, &cp, c, table)?;
-                let answer = passkey::answer(&mut session)?;
-                acc.0.add(session.accounting());
-                acc.1 += prompt.score(&answer);
-                acc.2 += 1;
-                pb.inc(1);
-            }
+) -> CliResult<(MomentTable, StaticTable)> {
+    let sig = model.signature();
+    let ctx = model.config.context_length;
+    let (moments_len, static_prompts, static_len) = if a.quick {
+        (2048.min(ctx), 1, 1024)
+    } else {
+        (ctx.min(16384), 4, 2048)
+    };
+    let saved_m = a.out_dir.join("moments.qmom");
+    let m = match &a.moments_table {
+        Some(p) => MomentTable::load(p, Some(&sig)).map_err(|e| format!("{}: {e}", p.display()))?,
+        None if a.resume && saved_m.exists() => MomentTable::load(&saved_m, Some(&sig))?,
+        None => {
+            eprintln!(
+                "calibrating moments: random words from pre-{} speeches, {moments_len} tokens",
+                crate::corpus::SPLIT_YEAR
+            );
+            let t = moment_table(model, corpus, moments_len, 256, 0)?;
+            t.save(&saved_m)?;
+            t
         }
-    }
-    pb.finish_and_clear();
-    Ok(cfgs
-        .iter()
-        .zip(&accs)
-        .map(|(c, (decisions, sum, count))| Row {
-            task: "passkey".into(),
-            method: c.method.into(),
-            param: c.param,
-            sparsity: decisions.sparsity(),
-            metric: "accuracy".into(),
-            value: sum / (*count).max(1) as f64,
-            count: *count,
-        })
-        .collect())
+    };
+    let saved_s = a.out_dir.join("static.qsta");
+    let s = match &a.static_table {
+        Some(p) => StaticTable::load(p, Some(&sig)).map_err(|e| format!("{}: {e}", p.display()))?,
+        None if a.resume && saved_s.exists() => StaticTable::load(&saved_s, Some(&sig))?,
+        None => {
+            eprintln!(
+                "calibrating static heads: {static_prompts} prompts of {static_len} tokens from \
+                 pre-{} speeches",
+                crate::corpus::SPLIT_YEAR
+            );
+            let prompts = corpus_prompts(model, corpus, static_prompts, static_len, 0)?;
+            let steps = 32.min(static_len / 4);
+            let t = static_table(model, &prompts, window, steps, Tau::new(0.6)?)?;
+            t.save(&saved_s)?;
+            t
+        }
+    };
+    Ok((m, s))
 }
 
-/// The fidelity task: per text, one dense reference, then the teacher-forced steps under
-/// every configuration.
-fn fidelity(
-    model: &Model,
-    corpus: &Corpus,
-    plan: &Plan,
-    cfgs: &[Config],
-    table: Option<&Arc<MomentTable>>,
-    window: WindowConfig,
-    kv: KvDtype,
-) -> CliResult<Vec<Row>> {
-    let tok = &model.tokenizer;
-    let (t, n) = (plan.fidelity_len, plan.fidelity_steps);
-    let pb = progress_bar((plan.fidelity_texts * cfgs.len()) as u64, "fidelity");
-    let mut session = Session::new(model, session_options(window, kv))?;
-    let mut accs: Vec<(Decisions, FidelityTotals)> = cfgs
-        .iter()
-        .map(|_| (Decisions::default(), FidelityTotals::default()))
-        .collect();
-    for text_i in 0..plan.fidelity_texts {
-        let text = corpus.running_text(Part::Evaluation, (t + n) * 8, 100 + text_i as u64);
-        let ids = tok.encode(&text)?;
-        if ids.len() < t + n + 1 {
-            return fail("the evaluation corpus is too short for --fidelity length");
-        }
-        let reference = FidelityReference::new(&mut session, &ids, t, n)?;
-        for (c, acc) in cfgs.iter().zip(accs.iter_mut()) {
-            setup(&mut session, reference.checkpoint(), c, table)?;
-            for step in reference.compare(&mut session)? {
-                acc.1.add(&step);
-            }
-            acc.0.add(session.accounting());
-            pb.inc(1);
-        }
-    }
-    pb.finish_and_clear();
-    let mut rows = Vec::new();
-    for (c, (decisions, totals)) in cfgs.iter().zip(&accs) {
-        let m = totals.means();
-        for (metric, value) in [
-            ("nll", m.nll),
-            ("delta_nll", m.delta_nll),
-            ("top1_agreement", m.top1_agreement),
-            ("kl", m.kl),
-        ] {
-            rows.push(Row {
-                task: "fidelity".into(),
-                method: c.method.into(),
-                param: c.param,
-                sparsity: decisions.sparsity(),
-                metric: metric.into(),
-                value,
-                count: totals.steps,
-            });
-        }
-    }
-    Ok(rows)
+/// Rows, tables and plots from every record so far.
+fn report_all(dir: &Path, records: &[Record]) -> CliResult<String> {
+    let rows = rows::rows(records);
+    report::write_outputs(dir, records, &rows)
 }
 
 pub fn run(a: Args) -> CliResult<()> {
-    let (do_passkey, do_fidelity) = match a.task.as_str() {
-        "all" => (true, true),
-        "passkey" => (true, false),
-        "fidelity" => (false, true),
-        t => return fail(format!("--task {t:?}: use passkey, fidelity or all")),
-    };
+    let tasks = EvalTask::parse_list(&a.task)?;
     if a.replot {
-        let mut summary = String::new();
-        for (task, wanted) in [("passkey", do_passkey), ("fidelity", do_fidelity)] {
-            let path = a.out_dir.join(format!("{task}.json"));
-            if !wanted || !path.exists() {
-                continue;
-            }
-            let rows = read_rows(&path)?;
-            write_outputs(&a.out_dir, task, &rows, &mut summary)?;
-        }
-        std::fs::write(a.out_dir.join("summary.md"), &summary)?;
-        println!("{summary}");
+        let records = read_records(&a.out_dir.join("records.jsonl"))?;
+        println!("{}", report_all(&a.out_dir, &records)?);
         return Ok(());
     }
+    let methods = parse_methods(&a.methods)?;
+    let taus = match &a.taus {
+        Some(t) => parse_list("--taus", t)?,
+        None if a.quick => QUICK_TAUS.to_vec(),
+        None => FULL_TAUS.to_vec(),
+    };
+    let alphas = match &a.alphas {
+        Some(t) => parse_list("--alphas", t)?,
+        None if a.quick => QUICK_ALPHAS.to_vec(),
+        None => FULL_ALPHAS.to_vec(),
+    };
+    let model_path = crate::common::resolve_model(a.model.model.as_deref())?;
     let model = load_model(&a.model)?;
+    let ctx = model.config.context_length;
+    let lengths: Vec<usize> = match &a.lengths {
+        Some(l) => parse_list("--lengths", l)?,
+        None if a.quick => vec![1024],
+        None => default_lengths(ctx),
+    };
+    if let Some(&l) = lengths.iter().find(|&&l| l + ANSWER_ROOM > ctx) {
+        return fail(format!(
+            "--lengths: {l} tokens and room for the answer ({ANSWER_ROOM}) exceed the model's \
+             context of {ctx}"
+        ));
+    }
+    let samples = a.samples.unwrap_or(if a.quick { 1 } else { 4 });
+    if samples == 0 {
+        return fail("--samples must be at least 1");
+    }
     let corpus = Corpus::load(a.corpus.as_deref())?;
     let window = WindowConfig::new(a.sink, a.local)?;
     let kv = parse_kv(&a.kv)?;
-    let ctx = model.config.context_length;
-    let plan = if a.quick {
-        Plan {
-            lengths: vec![1024, 2048],
-            depths: vec![0.1, 0.5, 0.9],
-            seeds: a.seeds.unwrap_or(1),
-            taus: QUICK_TAUS,
-            alphas: QUICK_ALPHAS,
-            fidelity_texts: 1,
-            fidelity_len: 1024,
-            fidelity_steps: 16,
-            moments_len: 2048.min(ctx),
-            static_prompts: 1,
-            static_len: 1024,
-        }
-    } else {
-        Plan {
-            lengths: vec![1024, 2048, 4096, 7680],
-            depths: vec![0.1, 0.3, 0.5, 0.7, 0.9],
-            seeds: a.seeds.unwrap_or(2),
-            taus: FULL_TAUS,
-            alphas: FULL_ALPHAS,
-            fidelity_texts: 3,
-            fidelity_len: 4096,
-            fidelity_steps: 32,
-            moments_len: ctx,
-            static_prompts: 4,
-            static_len: 2048,
-        }
-    };
-    if plan.lengths.iter().any(|&l| l + 16 > ctx) {
-        return fail(format!(
-            "the passkey lengths {:?} need a context of at least {}",
-            plan.lengths,
-            plan.lengths.iter().max().unwrap_or(&0) + 16
-        ));
-    }
     std::fs::create_dir_all(&a.out_dir)
         .map_err(|e| format!("cannot create {}: {e}", a.out_dir.display()))?;
+    check_identity(&a.out_dir, &run_identity(&model_path, &a), a.resume)?;
     let started = std::time::Instant::now();
-    let table = match &a.moments_table {
-        Some(p) => MomentTable::load(p, Some(&model.signature()))
-            .map_err(|e| format!("{}: {e}", p.display()))?,
-        None => {
-            eprintln!(
-                "calibrating moments: random words from pre-{} speeches, {} tokens",
-                crate::corpus::SPLIT_YEAR,
-                plan.moments_len
-            );
-            moment_table(&model, &corpus, plan.moments_len, 256, 0)?
-        }
-    };
+    let (table, statics) = tables(&a, &model, &corpus, window)?;
     let table = Arc::new(table);
-    let statics = match &a.static_table {
-        Some(p) => StaticTable::load(p, Some(&model.signature()))
-            .map_err(|e| format!("{}: {e}", p.display()))?,
-        None => {
-            eprintln!(
-                "calibrating static heads: {} prompts of {} tokens from pre-{} speeches",
-                plan.static_prompts,
-                plan.static_len,
-                crate::corpus::SPLIT_YEAR
-            );
-            let prompts = corpus_prompts(&model, &corpus, plan.static_prompts, plan.static_len, 0)?;
-            static_table(
-                &model,
-                &prompts,
-                window,
-                32.min(plan.static_len / 4),
-                Tau::new(0.6)?,
-            )?
-        }
+    let cfgs = configs(&methods, &taus, &alphas, Some(&statics))?;
+    let mut log = RecordLog::open(&a.out_dir.join("records.jsonl"), a.resume)?;
+    let sweep = Sweep {
+        model: &model,
+        corpus: &corpus,
+        cfgs: &cfgs,
+        table: Some(&table),
+        samples,
+        fidelity_steps: if a.quick { 16 } else { 32 },
+        gate: !a.no_gate,
+        passkey: PasskeyTask::new(&model.tokenizer)?,
+        ruler: RulerPrompts::new(&model.tokenizer)?,
     };
-    let cfgs = configs(&plan, &statics, true)?;
-    let mut summary = String::new();
-    let mut all_rows = Vec::new();
-    if do_passkey {
-        let rows = passkey(&model, &corpus, &plan, &cfgs, Some(&table), window, kv)?;
-        write_outputs(&a.out_dir, "passkey", &rows, &mut summary)?;
-        all_rows.extend(rows);
+    let total = tasks.len() * lengths.len() * samples * cfgs.len();
+    let pb = progress_bar(total as u64, "eval");
+    let options = SessionOptions {
+        kv_dtype: kv,
+        ..SessionOptions::new(Box::new(qada_core::Dense), window)
+    };
+    let mut session = Session::new(&model, options)?;
+    for &task in &tasks {
+        for &len in &lengths {
+            pb.set_message(format!("{} {len}", task.name()));
+            match task {
+                EvalTask::Fidelity => sweep.fidelity(&mut session, len, &mut log, &pb)?,
+                _ => sweep.answer_task(&mut session, task, len, &mut log, &pb)?,
+            }
+            report_all(&a.out_dir, log.records())?;
+        }
     }
-    if do_fidelity {
-        let rows = fidelity(&model, &corpus, &plan, &cfgs, Some(&table), window, kv)?;
-        write_outputs(&a.out_dir, "fidelity", &rows, &mut summary)?;
-        all_rows.extend(rows);
-    }
-    std::fs::write(a.out_dir.join("summary.md"), &summary)?;
+    pb.finish_and_clear();
+    let summary = report_all(&a.out_dir, log.records())?;
     println!("{summary}");
     eprintln!(
-        "{} rows in {:.1} s; CSV, JSON and PNG in {}",
-        all_rows.len(),
+        "{} records in {:.1} s; records.jsonl, CSV, JSON, PNG and summary.md in {}",
+        log.records().len(),
         started.elapsed().as_secs_f64(),
         a.out_dir.display()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_lengths_double_within_the_context() {
+        assert_eq!(default_lengths(8192), [1024, 2048, 4096, 7680]);
+        assert_eq!(default_lengths(32768), [1024, 2048, 4096, 8192, 16384]);
+        assert_eq!(default_lengths(1500), [988]);
+    }
 }

@@ -1,0 +1,312 @@
+//! Running a sweep: per (task, length), `samples` prompts, each prefilled once densely and
+//! answered (or teacher-forced, for fidelity) under every configuration from the checkpoint
+//! after prefill. Each (prompt, configuration) becomes a [`Record`] the moment it finishes.
+//!
+//! Answer-scored tasks run dense on every sample first; the other configurations run only
+//! where dense reaches the gate (unless `--no-gate`), so no time goes into curves of a task the
+//! model cannot do with full attention.
+
+use std::sync::Arc;
+
+use indicatif::ProgressBar;
+use qada_model::eval::ruler::{RulerPrompts, RulerTask};
+use qada_model::eval::{answer, dense_prefill, FidelityTotals, TaskPrompt};
+use qada_model::{FidelityReference, Model, PasskeyTask, Session, SessionCheckpoint};
+use qada_stats::MomentTable;
+
+use super::configs::{setup, Config};
+use super::records::{key, Record, RecordLog};
+use super::rows::{dense_accuracy, ACCURACY, GATE};
+use crate::common::{fail, CliResult};
+use crate::corpus::{Corpus, Part};
+
+/// A task `qada eval` runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EvalTask {
+    Passkey,
+    Fidelity,
+    Ruler(RulerTask),
+}
+
+impl EvalTask {
+    /// Every task, in the order a run takes them.
+    pub fn all() -> Vec<EvalTask> {
+        let mut v = vec![EvalTask::Passkey];
+        v.extend(RulerTask::ALL.map(EvalTask::Ruler));
+        v.push(EvalTask::Fidelity);
+        v
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EvalTask::Passkey => "passkey",
+            EvalTask::Fidelity => "fidelity",
+            EvalTask::Ruler(t) => t.name(),
+        }
+    }
+
+    /// The tasks of a comma-separated `--task` list: task names, `ruler` (its seven tasks)
+    /// or `all`; each once, in run order.
+    pub fn parse_list(list: &str) -> CliResult<Vec<EvalTask>> {
+        let mut asked = Vec::new();
+        for name in list.split(',').map(str::trim) {
+            match name {
+                "all" => asked.extend(Self::all()),
+                "ruler" => asked.extend(RulerTask::ALL.map(EvalTask::Ruler)),
+                _ => match Self::all().into_iter().find(|t| t.name() == name) {
+                    Some(t) => asked.push(t),
+                    None => {
+                        let names: Vec<_> = Self::all().iter().map(|t| t.name()).collect();
+                        return fail(format!(
+                            "--task: unknown task {name:?}; use {}, ruler or all",
+                            names.join(", ")
+                        ));
+                    }
+                },
+            }
+        }
+        Ok(Self::all()
+            .into_iter()
+            .filter(|t| asked.contains(t))
+            .collect())
+    }
+}
+
+/// The depth of sample `i` of `n`: spread evenly over `[0.1, 0.9]` (0.5 for one sample).
+pub fn depth(i: usize, n: usize) -> f64 {
+    if n < 2 {
+        0.5
+    } else {
+        0.1 + 0.8 * i as f64 / (n - 1) as f64
+    }
+}
+
+/// The seed of a prompt: distinct per (task, length, sample), fixed across runs.
+fn seed(task: EvalTask, len: usize, sample: usize) -> u64 {
+    let t = EvalTask::all().iter().position(|&x| x == task).unwrap_or(0) as u64;
+    (t << 48) ^ ((len as u64) << 16) ^ sample as u64
+}
+
+/// What every (task, length) of a run shares.
+pub struct Sweep<'a> {
+    pub model: &'a Model,
+    pub corpus: &'a Corpus,
+    pub cfgs: &'a [Config],
+    pub table: Option<&'a Arc<MomentTable>>,
+    pub samples: usize,
+    pub fidelity_steps: usize,
+    /// Run sparse configurations only where dense reaches [`GATE`].
+    pub gate: bool,
+    pub passkey: PasskeyTask<'a>,
+    pub ruler: RulerPrompts<'a>,
+}
+
+impl Sweep<'_> {
+    /// Prompt `sample` of an answer-scored task at `len` tokens.
+    fn prompt(&self, task: EvalTask, len: usize, sample: usize) -> CliResult<TaskPrompt> {
+        let hay =
+            self.corpus
+                .running_text(Part::Evaluation, (len * 8).max(60_000), 7 + sample as u64);
+        let (d, s) = (depth(sample, self.samples), seed(task, len, sample));
+        let p = match task {
+            EvalTask::Passkey => self
+                .passkey
+                .trials(&hay, &[len], &[d], s)?
+                .pop()
+                .ok_or("the passkey task made no prompt")?
+                .to_task(),
+            EvalTask::Ruler(t) => self.ruler.prompt(t, &hay, len, d, s)?,
+            EvalTask::Fidelity => return fail("fidelity has no answer to score"),
+        };
+        Ok(p)
+    }
+
+    /// Run configuration `c` on the prompt behind `cp` and record its answer's score.
+    fn answer_one(
+        &self,
+        session: &mut Session<'_>,
+        cp: &SessionCheckpoint,
+        p: &TaskPrompt,
+        sample: usize,
+        c: &Config,
+        log: &mut RecordLog,
+    ) -> CliResult<()> {
+        setup(session, cp, c, self.table)?;
+        let text = answer(session, p.answer_tokens)?;
+        let sums = vec![(ACCURACY.to_string(), p.score(&text))];
+        let r = Record::new(
+            p.task,
+            p.len(),
+            sample,
+            c.method,
+            c.param,
+            sums,
+            1,
+            session.accounting(),
+        );
+        log.push(r)
+    }
+
+    /// One answer-scored (task, length): dense on every sample, then, where dense reaches
+    /// the gate, every other configuration. Records already in `log` are skipped.
+    pub fn answer_task(
+        &self,
+        session: &mut Session<'_>,
+        task: EvalTask,
+        len: usize,
+        log: &mut RecordLog,
+        pb: &ProgressBar,
+    ) -> CliResult<()> {
+        let name = task.name();
+        let (dense, rest) = self.cfgs.split_first().ok_or("no configuration to run")?;
+        let mut kept: Vec<Option<(TaskPrompt, SessionCheckpoint)>> = Vec::new();
+        for s in 0..self.samples {
+            if log.has(&key(name, len, s, dense.method, dense.param)) {
+                kept.push(None);
+                pb.inc(1);
+                continue;
+            }
+            let p = self.prompt(task, len, s)?;
+            let cp = dense_prefill(session, &p.ids)?;
+            self.answer_one(session, &cp, &p, s, dense, log)?;
+            kept.push(Some((p, cp)));
+            pb.inc(1);
+        }
+        let records: Vec<Record> = log.of(name, len).cloned().collect();
+        let dense_acc = dense_accuracy(&records)
+            .get(&(name.to_string(), len))
+            .map_or(0.0, |x| x.0);
+        if self.gate && dense_acc < GATE {
+            pb.inc((rest.len() * self.samples) as u64);
+            pb.println(format!(
+                "{name} at {len} tokens: dense accuracy {dense_acc:.2} < {GATE}, other methods skipped"
+            ));
+            return Ok(());
+        }
+        for (s, kept) in kept.into_iter().enumerate() {
+            let todo: Vec<&Config> = rest
+                .iter()
+                .filter(|c| !log.has(&key(name, len, s, c.method, c.param)))
+                .collect();
+            pb.inc((rest.len() - todo.len()) as u64);
+            if todo.is_empty() {
+                continue;
+            }
+            let (p, cp) = match kept {
+                Some(x) => x,
+                None => {
+                    let p = self.prompt(task, len, s)?;
+                    let cp = dense_prefill(session, &p.ids)?;
+                    (p, cp)
+                }
+            };
+            for c in todo {
+                self.answer_one(session, &cp, &p, s, c, log)?;
+                pb.inc(1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Fidelity at `len` tokens: per sample, a held-out text of `len` tokens, the last
+    /// `fidelity_steps` teacher-forced under every configuration against dense.
+    pub fn fidelity(
+        &self,
+        session: &mut Session<'_>,
+        len: usize,
+        log: &mut RecordLog,
+        pb: &ProgressBar,
+    ) -> CliResult<()> {
+        let n = self.fidelity_steps;
+        if len <= n + 1 {
+            return fail(format!(
+                "fidelity at {len} tokens: the length must exceed the {n} teacher-forced steps"
+            ));
+        }
+        let t = len - n;
+        for s in 0..self.samples {
+            let todo: Vec<&Config> = self
+                .cfgs
+                .iter()
+                .filter(|c| !log.has(&key("fidelity", len, s, c.method, c.param)))
+                .collect();
+            pb.inc((self.cfgs.len() - todo.len()) as u64);
+            if todo.is_empty() {
+                continue;
+            }
+            let text = self
+                .corpus
+                .running_text(Part::Evaluation, (len + 1) * 8, 100 + s as u64);
+            let ids = self.model.tokenizer.encode(&text)?;
+            if ids.len() < len + 1 {
+                return fail(format!(
+                    "the evaluation corpus gave {} tokens, fidelity at {len} needs {}",
+                    ids.len(),
+                    len + 1
+                ));
+            }
+            let reference = FidelityReference::new(session, &ids, t, n)?;
+            for c in todo {
+                setup(session, reference.checkpoint(), c, self.table)?;
+                let mut totals = FidelityTotals::default();
+                for step in reference.compare(session)? {
+                    totals.add(&step);
+                }
+                let sums = vec![
+                    ("nll".to_string(), totals.nll),
+                    ("delta_nll".to_string(), totals.delta_nll),
+                    ("top1_agreement".to_string(), totals.top1_agreement),
+                    ("kl".to_string(), totals.kl),
+                ];
+                let r = Record::new(
+                    "fidelity",
+                    len,
+                    s,
+                    c.method,
+                    c.param,
+                    sums,
+                    totals.steps,
+                    session.accounting(),
+                );
+                log.push(r)?;
+                pb.inc(1);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_lists_expand_groups_keep_run_order_and_name_unknown_tasks() {
+        let names = |s: &str| -> Vec<&str> {
+            EvalTask::parse_list(s)
+                .unwrap()
+                .iter()
+                .map(|t| t.name())
+                .collect()
+        };
+        assert_eq!(names("fidelity,passkey,passkey"), ["passkey", "fidelity"]);
+        assert_eq!(names("ruler").len(), 7);
+        assert_eq!(names("all").len(), 9);
+        assert_eq!(names("vt, cwe"), ["vt", "cwe"]);
+        let e = EvalTask::parse_list("vt,needle").unwrap_err().to_string();
+        assert!(
+            e.contains("\"needle\"") && e.contains("niah-multikey"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn depths_spread_and_seeds_differ() {
+        assert_eq!(depth(0, 1), 0.5);
+        assert_eq!((depth(0, 5), depth(4, 5)), (0.1, 0.9));
+        let a = seed(EvalTask::Passkey, 1024, 0);
+        assert_ne!(a, seed(EvalTask::Passkey, 1024, 1));
+        assert_ne!(a, seed(EvalTask::Passkey, 2048, 0));
+        assert_ne!(a, seed(EvalTask::Ruler(RulerTask::Vt), 1024, 0));
+    }
+}
