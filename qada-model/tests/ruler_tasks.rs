@@ -58,9 +58,13 @@ fn set(v: &[String]) -> BTreeSet<String> {
 }
 
 /// The needle of a `niah-single` prompt sits at the sentence start nearest at or before
-/// `depth` of the haystack tokens around it, which are the haystack's leading tokens.
+/// `depth` of the haystack tokens around it, which are the haystack's leading tokens, and
+/// reads as a sentence of its own (`end. One of ... . Next`).
 fn check_single_needle_depth(p: &TaskPrompt, depth: f64) {
-    let hay = tok().encode_continuation(haystack()).unwrap();
+    // the haystack as the prompts read it, after a space
+    let hay = tok()
+        .encode_continuation(&format!(" {}", haystack().trim_start()))
+        .unwrap();
     let needle = p.needles[0].clone();
     let mut around = p.ids[p.haystack.start..needle.start].to_vec();
     around.extend_from_slice(&p.ids[needle.end..p.haystack.end]);
@@ -70,12 +74,10 @@ fn check_single_needle_depth(p: &TaskPrompt, depth: f64) {
         hay[..n],
         "the haystack around the needle is unbroken"
     );
-    let boundary = |i: usize| {
-        i == 0
-            || tok()
-                .token_bytes(hay[i - 1])
-                .is_some_and(|b| b.ends_with(b".") || b.ends_with(b"\n"))
-    };
+    // a token after a space that follows a period (or the first, after a space)
+    let bytes = |i: usize| tok().token_bytes(hay[i]).unwrap();
+    let boundary =
+        |i: usize| bytes(i).starts_with(b" ") && (i == 0 || bytes(i - 1).ends_with(b"."));
     let target = (depth * n as f64) as usize;
     let at = needle.start - p.haystack.start;
     assert!(
@@ -89,6 +91,16 @@ fn check_single_needle_depth(p: &TaskPrompt, depth: f64) {
         assert!(
             !(at + 1..=target).any(boundary),
             "a nearer sentence start before {target}"
+        );
+        let text = tok().decode(&p.ids[needle.start - 1..needle.end + 1]);
+        assert!(
+            text.starts_with(". One of") || (at == 0 && text.starts_with("\n One of")),
+            "{text:?}"
+        );
+        let next = tok().decode(&p.ids[needle.end..needle.end + 1]);
+        assert!(
+            text.ends_with(&format!(".{next}")) && next.starts_with(' '),
+            "{text:?}"
         );
     } else {
         assert_eq!(at, target);
@@ -230,10 +242,11 @@ fn prompts_that_cannot_be_built_are_input_errors() {
     }
 }
 
-/// A sanity check by hand, not a test: dense SmolLM2 on one 1000-token `niah-single` prompt.
+/// A sanity check by hand, not a test: dense SmolLM2 on 1000-token prompts, two `niah-single`
+/// numbers and one prompt of every other task; prints the answers.
 #[test]
 #[ignore]
-fn dense_answers_a_niah_single_number_prompt() {
+fn dense_answers_one_prompt_of_each_task() {
     let m = model();
     let r = RulerPrompts::new(&m.tokenizer).unwrap();
     let mut session = Session::new(
@@ -241,7 +254,17 @@ fn dense_answers_a_niah_single_number_prompt() {
         SessionOptions::new(Box::new(Dense), WindowConfig::new(16, 128).unwrap()),
     )
     .unwrap();
-    for (task, seed) in [(RulerTask::NiahSingle, 0), (RulerTask::NiahSingle, 3)] {
+    if std::env::var_os("RULER_SHOW").is_some() {
+        for task in RulerTask::ALL {
+            let p = r.prompt(task, haystack(), 300, 0.5, 1).unwrap();
+            println!("---- {task:?}\n{}", m.tokenizer.decode(&p.ids));
+        }
+    }
+    let others = RulerTask::ALL[1..].iter().map(|&t| (t, 0));
+    for (task, seed) in [(RulerTask::NiahSingle, 0), (RulerTask::NiahSingle, 3)]
+        .into_iter()
+        .chain(others)
+    {
         let p = r.prompt(task, haystack(), 1000, 0.5, seed).unwrap();
         qada_model::eval::dense_prefill(&mut session, &p.ids).unwrap();
         let answer = qada_model::eval::answer(&mut session, p.answer_tokens).unwrap();

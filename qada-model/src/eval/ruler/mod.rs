@@ -151,7 +151,9 @@ impl<'t> RulerPrompts<'t> {
                 task.name()
             )));
         }
-        let mut rng = StdRng::seed_from_u64(seed);
+        // one stream per task, so that tasks of one seed draw unrelated keys and words
+        let stream = 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(task as u64 + 1);
+        let mut rng = StdRng::seed_from_u64(seed ^ stream);
         let p = match task {
             RulerTask::NiahSingle
             | RulerTask::NiahMultikey
@@ -215,10 +217,18 @@ impl<'t> RulerPrompts<'t> {
         })
     }
 
+    /// The tokens of haystack text, written after a space (` To the Senate ...`) so that a
+    /// statement inserted before its first token reads as a sentence of its own.
+    fn haystack_tokens(&self, haystack: &str) -> Result<Vec<u32>> {
+        self.tok
+            .encode_continuation(&format!(" {}", haystack.trim_start()))
+    }
+
     /// A context of exactly `budget` tokens: the leading tokens of `hay` with each statement
     /// inserted at the sentence start nearest at or before its depth (within
-    /// [`SENTENCE_SEARCH`] tokens; ties keep the order given). The ranges are in the order
-    /// of `statements`.
+    /// [`SENTENCE_SEARCH`] tokens; ties keep the order given). A sentence start is a token
+    /// beginning with a space after a token ending with a period (or the first token, when
+    /// it begins with a space). The ranges are in the order of `statements`.
     fn weave(
         &self,
         task: RulerTask,
@@ -244,13 +254,18 @@ impl<'t> RulerPrompts<'t> {
             )));
         }
         let hay = &hay[..n];
-        let boundary = |i: usize| {
-            i == 0
-                || self
-                    .tok
-                    .token_bytes(hay[i - 1])
-                    .is_some_and(|b| b.ends_with(b".") || b.ends_with(b"\n"))
+        let starts = |i: usize| {
+            self.tok
+                .token_bytes(hay[i])
+                .is_some_and(|b| b.starts_with(b" "))
         };
+        let ends = |i: usize| {
+            self.tok
+                .token_bytes(hay[i])
+                .is_some_and(|b| b.ends_with(b"."))
+        };
+        // a statement ` One ... .` sits between `end.` and ` Next`
+        let boundary = |i: usize| i < n && starts(i) && (i == 0 || ends(i - 1));
         let mut at: Vec<(usize, usize)> = statements
             .iter()
             .enumerate()

@@ -98,7 +98,7 @@ pub(super) fn prompt(
         },
         depth: Some(depth),
     };
-    let hay = p.tok.encode_continuation(haystack)?;
+    let hay = p.haystack_tokens(haystack)?;
     p.compose(len, frame, expected, |budget| {
         let ctx = p.weave(task, &hay, budget, &statements)?;
         Ok(Context {

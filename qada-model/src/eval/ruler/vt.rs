@@ -80,7 +80,7 @@ pub(super) fn prompt(
         answer_tokens: 30,
         depth: Some(depth),
     };
-    let hay = p.tok.encode_continuation(haystack)?;
+    let hay = p.haystack_tokens(haystack)?;
     p.compose(len, frame, names[..LINKS].to_vec(), |budget| {
         let ctx = p.weave(RulerTask::Vt, &hay, budget, &statements)?;
         Ok(Context {
