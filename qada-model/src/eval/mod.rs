@@ -2,6 +2,8 @@
 //!
 //! - [`passkey`]: a RULER-style needle, a 5-digit pass key hidden at a depth of haystack text
 //!   and asked for at the end; scored by [`qada_core::metrics::recall`].
+//! - [`ruler`]: RULER's synthetic tasks (needles, variable tracking, common and frequent
+//!   words), regenerated from a seed over haystack text, scored the same way.
 //! - [`fidelity`]: teacher-forced steps after a dense prefill, compared step by step with the
 //!   dense distribution: NLL, top-1 agreement and KL(dense || sparse).
 //!
@@ -16,6 +18,7 @@ pub mod task;
 
 pub use fidelity::{FidelityMeans, FidelityReference, FidelityStep, FidelityTotals};
 pub use passkey::{PasskeyPrompt, PasskeyTask};
+pub use ruler::{RulerPrompts, RulerTask};
 pub use task::{answer, TaskPrompt};
 
 use qada_core::Dense;
