@@ -175,7 +175,12 @@ fn dense_table(summary: &mut String, records: &[Record]) {
     let head: Vec<String> = lengths.iter().map(|l| l.to_string()).collect();
     let _ = writeln!(summary, "| task | {} |", head.join(" | "));
     let _ = writeln!(summary, "|---|{}", "---|".repeat(lengths.len()));
-    for task in unique(dense.keys().map(|k| k.0.as_str())) {
+    // tasks in run order
+    let tasks = unique(records.iter().map(|r| r.task.as_str()));
+    for task in tasks
+        .into_iter()
+        .filter(|t| dense.keys().any(|k| k.0 == *t))
+    {
         let cells: Vec<String> = lengths
             .iter()
             .map(|&l| match dense.get(&(task.to_string(), l)) {
