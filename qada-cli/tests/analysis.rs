@@ -301,6 +301,41 @@ fn quick_eval_writes_rows_tables_and_plots_and_resumes() {
 }
 
 #[test]
+fn eval_runs_several_samples_per_length_each_from_its_own_prefill() {
+    // a second prefill starts the cache over: sample 0's methods must not restore a
+    // checkpoint the second prefill replaced
+    let dir = tmp("eval-samples");
+    ok(&qada(&[
+        "eval",
+        "--task",
+        "passkey",
+        "--lengths",
+        "400",
+        "--samples",
+        "2",
+        "--methods",
+        "dense,window",
+        "--quick",
+        "--out-dir",
+        dir.to_str().unwrap(),
+    ]));
+    let records = std::fs::read_to_string(dir.join("records.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = records
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut seen: Vec<(u64, &str)> = lines
+        .iter()
+        .map(|r| (r["sample"].as_u64().unwrap(), r["method"].as_str().unwrap()))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [(0, "dense"), (0, "window"), (1, "dense"), (1, "window")]
+    );
+}
+
+#[test]
 fn bench_reports_speed_bytes_and_the_oracle_ceiling() {
     let out = ok(&qada(&[
         "bench",

@@ -159,17 +159,18 @@ impl Sweep<'_> {
     ) -> CliResult<()> {
         let name = task.name();
         let (dense, rest) = self.cfgs.split_first().ok_or("no configuration to run")?;
-        let mut kept: Vec<Option<(TaskPrompt, SessionCheckpoint)>> = Vec::new();
+        // A prefill starts the cache over, so only the last prefill's checkpoint stays
+        // restorable: keep that one, prefill the other samples again if the gate passes.
+        let mut last: Option<(usize, TaskPrompt, SessionCheckpoint)> = None;
         for s in 0..self.samples {
             if log.has(&key(name, len, s, dense.method, dense.param)) {
-                kept.push(None);
                 pb.inc(1);
                 continue;
             }
             let p = self.prompt(task, len, s)?;
             let cp = dense_prefill(session, &p.ids)?;
             self.answer_one(session, &cp, &p, s, dense, log)?;
-            kept.push(Some((p, cp)));
+            last = Some((s, p, cp));
             pb.inc(1);
         }
         let records: Vec<Record> = log.of(name, len).cloned().collect();
@@ -183,7 +184,12 @@ impl Sweep<'_> {
             ));
             return Ok(());
         }
-        for (s, kept) in kept.into_iter().enumerate() {
+        // the sample whose checkpoint is kept first, then the others in order
+        let first = last.as_ref().map(|l| l.0);
+        let order = first
+            .into_iter()
+            .chain((0..self.samples).filter(|&s| Some(s) != first));
+        for s in order {
             let todo: Vec<&Config> = rest
                 .iter()
                 .filter(|c| !log.has(&key(name, len, s, c.method, c.param)))
@@ -192,9 +198,9 @@ impl Sweep<'_> {
             if todo.is_empty() {
                 continue;
             }
-            let (p, cp) = match kept {
-                Some(x) => x,
-                None => {
+            let (p, cp) = match last.take() {
+                Some((ks, p, cp)) if ks == s => (p, cp),
+                _ => {
                     let p = self.prompt(task, len, s)?;
                     let cp = dense_prefill(session, &p.ids)?;
                     (p, cp)
