@@ -5,12 +5,14 @@
 //! - `exp`: [`fast_exp`], [`exp_in_place`], [`max_score`] and the constants of the reduction;
 //! - [`Elem`] (`elem`): f32, f16 and q8 rows ([`qada_stats::Q8Block`], read in place), the safe entry points that check shapes and choose a
 //!   kernel (the AVX2 one when [`qada_stats::simd::Avx2::detect`] gives a token);
-//! - `portable` and `avx2`: the kernels themselves;
+//! - `portable`, `avx2` and `avx2_q8` (q8 rows): the kernels themselves;
 //! - `softmax`: the reference [`scores`], [`softmax_attend`], [`dense_attention`] and
 //!   [`local_attention`].
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_q8;
 mod elem;
 mod exp;
 mod portable;
