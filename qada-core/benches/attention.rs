@@ -136,5 +136,48 @@ fn gqa_block(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, per_head, gqa_block);
+/// A GQA group of 7 query heads (Qwen2.5-0.5B: 14 heads over 2 KV heads) against 4096 rows of
+/// d = 64, f16 rows against q8_0 rows: block scores, block accumulate, and both.
+fn gqa_group7_q8_vs_f16(c: &mut Criterion) {
+    use qada_core::attention::Elem;
+    use qada_stats::{f16, Q8Block};
+    const N: usize = 4096;
+    const H: usize = 7;
+    let x = data(N, 0.5);
+    let rows16: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
+    let mut rows8 = Vec::new();
+    Q8Block::quantize_into(&x, &mut rows8);
+    let q: Vec<f32> = (0..H * D).map(|i| (i as f32 * 0.3).cos()).collect();
+    let w: Vec<f32> = (0..H * N).map(|i| 1.0 / (1 + i) as f32).collect();
+    let mut s = vec![0.0f32; H * N];
+    let mut acc = vec![0.0f32; H * D];
+    let mut group = c.benchmark_group("gqa_group7_d64_4096");
+    group.bench_function("f16/block_scores", |b| {
+        b.iter(|| f16::block_scores(black_box(&q), &rows16, D, 0.125, &mut s).unwrap())
+    });
+    group.bench_function("q8/block_scores", |b| {
+        b.iter(|| Q8Block::block_scores(black_box(&q), &rows8, D, 0.125, &mut s).unwrap())
+    });
+    group.bench_function("f16/block_accumulate", |b| {
+        b.iter(|| f16::block_accumulate(&mut acc, black_box(&w), &rows16, D).unwrap())
+    });
+    group.bench_function("q8/block_accumulate", |b| {
+        b.iter(|| Q8Block::block_accumulate(&mut acc, black_box(&w), &rows8, D).unwrap())
+    });
+    group.bench_function("f16/scores_and_accumulate", |b| {
+        b.iter(|| {
+            f16::block_scores(black_box(&q), &rows16, D, 0.125, &mut s).unwrap();
+            f16::block_accumulate(&mut acc, black_box(&w), &rows16, D).unwrap();
+        })
+    });
+    group.bench_function("q8/scores_and_accumulate", |b| {
+        b.iter(|| {
+            Q8Block::block_scores(black_box(&q), &rows8, D, 0.125, &mut s).unwrap();
+            Q8Block::block_accumulate(&mut acc, black_box(&w), &rows8, D).unwrap();
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, per_head, gqa_block, gqa_group7_q8_vs_f16);
 criterion_main!(benches);

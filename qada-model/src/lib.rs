@@ -66,7 +66,6 @@ pub use tokenizer::{ChatFormat, ChatTemplate, StreamDecoder, TemplateOrigin, Tok
 mod block;
 pub mod model;
 pub mod ops;
-mod prefill_attention;
 pub mod session;
 
 pub use model::{LoadOptions, Model, WeightFormat};

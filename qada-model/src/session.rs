@@ -407,8 +407,24 @@ impl Attend for PrefillAttention<'_> {
     ) -> Result<()> {
         self.cache.append(layer, k, v)?;
         let c = &self.model.config;
-        let window = c.layers[layer].span.window();
-        crate::prefill_attention::prefill_attention(c, self.cache, layer, window, q, n, pos0, out)
+        let shape = qada_core::attention::PrefillShape {
+            n_heads: c.n_heads,
+            dim: c.head_dim,
+            scale: c.attention_scale,
+            window: c.layers[layer].span.window(),
+        };
+        let mut kv = Vec::with_capacity(c.n_kv_heads);
+        for g in 0..c.n_kv_heads {
+            let view = self.cache.head(layer, g)?;
+            kv.push(qada_core::attention::PrefillHead {
+                keys: view.keys(),
+                values: view.values(),
+                first: view.first_position(),
+            });
+        }
+        Ok(qada_core::attention::prefill_attention(
+            &kv, &shape, q, n, pos0, out,
+        )?)
     }
 }
 

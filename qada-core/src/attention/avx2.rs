@@ -1,5 +1,5 @@
-//! The AVX2 kernels (with FMA and F16C): `exp`, `max`, the f16 and q8 row products and the
-//! tiled GQA block kernels (f32, f16 and q8 rows).
+//! The AVX2 kernels (with FMA and F16C): `exp`, `max`, the f16 row products and the tiled GQA
+//! block kernels for f32 and f16 rows (q8 rows: `super::avx2_q8`).
 //!
 //! Every kernel is `unsafe` and `#[target_feature(enable = "avx2,fma,f16c")]`, the features
 //! of the workspace's one detection ([`qada_stats::simd::Avx2`]), and takes the token, so it
@@ -9,9 +9,9 @@
 
 use std::arch::x86_64::*;
 
+use qada_stats::f16;
 use qada_stats::simd::x86::{hsum, hsum4};
 use qada_stats::simd::Avx2;
-use qada_stats::{f16, Q8Block, Q8_BLOCK};
 
 use super::exp::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO};
 
@@ -147,40 +147,21 @@ unsafe fn load_f32(p: *const f32, i: usize) -> __m256 {
     _mm256_loadu_ps(p.add(i))
 }
 
-/// Values `i..i + 8` of the q8 blocks at `p` as f32: `d q`, the quants widened
-/// (`_mm256_cvtepi8_epi32`) and scaled by their block's f16 scale.
-///
-/// # Safety
-/// The CPU has AVX2 and F16C; `i % 8 == 0` and block `i / 32` at `p` is readable (so the 8
-/// quants lie inside it).
-#[inline(always)]
-unsafe fn load_q8(p: *const Q8Block, i: usize) -> __m256 {
-    // SAFETY: block `i / 32` is readable by the contract and `i % 32 <= 24`, so the 8 bytes
-    // at quant `i % 32` are inside it; the loads are unaligned.
-    let b = p.add(i / Q8_BLOCK);
-    let qs = std::ptr::addr_of!((*b).qs) as *const i8;
-    let q = _mm_loadl_epi64(qs.add(i % Q8_BLOCK) as *const __m128i);
-    let d = _mm256_cvtph_ps(_mm_set1_epi16((*b).d.to_bits() as i16));
-    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d)
-}
-
 /// The tiled block kernels for one element type. Scores: tiles of 4 rows x `H <= 3` heads
 /// in 12 register accumulators, each 8-wide key chunk loaded once for the tile, four
 /// horizontal sums at a time. Accumulate: blocks of [`ROWS`] rows (in L1 after the first
 /// pass) swept per 16 columns with the `H x 16` accumulators in registers, so `acc` is
 /// loaded and stored once per block instead of once per row.
 ///
-/// `$load(p, i)` gives values `i..i + 8` of the rows at `p` as f32; an element holds `$per`
-/// values, so a row of `d` values is `d / $per` elements.
+/// `$load(p, i)` gives values `i..i + 8` of the rows at `p` as f32.
 macro_rules! block_kernels {
-    ($elem:ty, $load:ident, $per:expr, $feat:literal, $scores:ident, $accumulate:ident) => {
+    ($elem:ty, $load:ident, $feat:literal, $scores:ident, $accumulate:ident) => {
         /// [`crate::attention::Elem::block_scores`] (`d % 8 == 0`, `d % VALUES == 0`,
         /// `out.len() >= h * n`).
         ///
         /// # Safety
         /// The CPU has the target features; shapes as above.
         #[target_feature(enable = $feat)]
-        #[allow(clippy::modulo_one)] // `$per` is 1 for f32 and f16
         pub unsafe fn $scores(
             _: Avx2,
             queries: &[f32],
@@ -189,8 +170,8 @@ macro_rules! block_kernels {
             scale: f32,
             out: &mut [f32],
         ) {
-            let (n, h) = (keys.len() * $per / d, queries.len() / d);
-            assert!(d % 8 == 0 && d % $per == 0 && out.len() >= h * n);
+            let (n, h) = (keys.len() / d, queries.len() / d);
+            assert!(d % 8 == 0 && out.len() >= h * n);
             // SAFETY: the assert gives scores_tile its contract; each tile takes heads
             // j0..j0 + H <= h.
             let mut j0 = 0;
@@ -212,20 +193,19 @@ macro_rules! block_kernels {
                 out: &mut [f32],
                 j0: usize,
             ) {
-                let n = keys.len() * $per / d;
+                let n = keys.len() / d;
                 let (q, k, o) = (queries.as_ptr(), keys.as_ptr(), out.as_mut_ptr());
                 let sv = _mm_set1_ps(scale);
                 let mut i = 0;
-                // SAFETY: keys hold n rows of d values (d % 8 == 0, d % $per == 0, so every
-                // 8-value load stays inside one element run of a row) and queries h rows, so the loads
+                // SAFETY: keys hold n rows of d values (d % 8 == 0) and queries h rows, so the loads
                 // at rows i..i + 4 < n (or i < n), heads j0 + j < h and columns c + 8 <= d
                 // are in bounds; out holds h * n, so (j0 + j) * n + i + 4 <= h * n. Prefetches
                 // may point past the end: they never fault and are computed with wrapping_add.
                 while i + 4 <= n {
                     let mut acc = [[_mm256_setzero_ps(); 4]; H];
                     // the rows 32 ahead are on their way from memory meanwhile
-                    let ahead = k.wrapping_add((i + 32) * (d / $per)) as *const i8;
-                    for line in (0..4 * (d / $per) * std::mem::size_of::<$elem>()).step_by(64) {
+                    let ahead = k.wrapping_add((i + 32) * d) as *const i8;
+                    for line in (0..4 * d * std::mem::size_of::<$elem>()).step_by(64) {
                         _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
                     }
                     let mut c = 0;
@@ -271,7 +251,6 @@ macro_rules! block_kernels {
         /// # Safety
         /// The CPU has the target features; shapes as above.
         #[target_feature(enable = $feat)]
-        #[allow(clippy::modulo_one)] // `$per` is 1 for f32 and f16
         pub unsafe fn $accumulate(
             _: Avx2,
             acc: &mut [f32],
@@ -279,8 +258,8 @@ macro_rules! block_kernels {
             values: &[$elem],
             d: usize,
         ) {
-            let (n, h) = (values.len() * $per / d, acc.len() / d);
-            assert!(d % 8 == 0 && d % $per == 0 && weights.len() >= h * n);
+            let (n, h) = (values.len() / d, acc.len() / d);
+            assert!(d % 8 == 0 && weights.len() >= h * n);
             // SAFETY: the assert gives acc_columns its contract; rows r0..r1 <= n and heads
             // j0..j0 + H <= h.
             let mut r0 = 0;
@@ -331,8 +310,8 @@ macro_rules! block_kernels {
                 j0: usize,
                 c: usize,
             ) {
-                let n = values.len() * $per / d;
-                // SAFETY: acc holds h rows of d and values n rows of d values (d % $per == 0);
+                let n = values.len() / d;
+                // SAFETY: acc holds h rows of d and values n rows of d values;
                 // the tile covers heads
                 // j0 + j < h, rows r0..r1 <= n and columns c..c + 8 W <= d (acc_columns keeps
                 // c + 8 W within d, d % 8 == 0); weights hold h * n, so (j0 + j) * n + i is in
@@ -346,11 +325,11 @@ macro_rules! block_kernels {
                 }
                 // the first sweep of a block fetches the next block's rows meanwhile
                 let next = if j0 == 0 && c == 0 {
-                    Some(v.wrapping_add(ROWS * (d / $per)) as *const i8)
+                    Some(v.wrapping_add(ROWS * d) as *const i8)
                 } else {
                     None
                 };
-                let row_bytes = (d / $per) * std::mem::size_of::<$elem>();
+                let row_bytes = d * std::mem::size_of::<$elem>();
                 for i in r0..r1 {
                     if let Some(p) = next {
                         for line in (0..row_bytes).step_by(64) {
@@ -385,7 +364,6 @@ const ROWS: usize = 64;
 block_kernels!(
     f16,
     load_f16,
-    1,
     "avx2,fma,f16c",
     block_scores,
     block_accumulate
@@ -393,20 +371,10 @@ block_kernels!(
 block_kernels!(
     f32,
     load_f32,
-    1,
     "avx2,fma,f16c",
     block_scores_f32,
     block_accumulate_f32
 );
-block_kernels!(
-    Q8Block,
-    load_q8,
-    Q8_BLOCK,
-    "avx2,fma,f16c",
-    block_scores_q8,
-    block_accumulate_q8
-);
-
 /// `acc += w * row` over the common prefix ([`crate::attention::Elem::axpy`]).
 ///
 /// # Safety
@@ -428,48 +396,5 @@ pub unsafe fn axpy(_: Avx2, acc: &mut [f32], w: f32, row: &[f16]) {
     while i < n {
         acc[i] += w * row[i].to_f32();
         i += 1;
-    }
-}
-
-/// `q . row` for q8 blocks over the whole blocks both cover: `q` times `d q_i`, 8 lanes at a
-/// time ([`crate::attention::Elem::dot`]).
-///
-/// # Safety
-/// The CPU has AVX2, FMA and F16C (the token proves it). Any lengths: only the common whole
-/// blocks are read.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn dot_q8(_: Avx2, q: &[f32], row: &[Q8Block]) -> f32 {
-    let n = row.len().min(q.len() / Q8_BLOCK) * Q8_BLOCK;
-    let (qp, rp) = (q.as_ptr(), row.as_ptr());
-    let (mut a, mut b) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut i = 0;
-    // SAFETY: i + 16 <= n <= q.len() and value i + 15 lies in block (i + 15) / 32 < row.len(),
-    // i % 16 == 0: the loads read inside both slices.
-    while i + 16 <= n {
-        a = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i)), load_q8(rp, i), a);
-        b = _mm256_fmadd_ps(_mm256_loadu_ps(qp.add(i + 8)), load_q8(rp, i + 8), b);
-        i += 16;
-    }
-    hsum(_mm256_add_ps(a, b))
-}
-
-/// `acc += w * row` for q8 blocks over the whole blocks both cover: `acc_i += w d q_i`
-/// ([`crate::attention::Elem::axpy`]).
-///
-/// # Safety
-/// The CPU has AVX2, FMA and F16C (the token proves it). Any lengths: only the common whole
-/// blocks are touched.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn axpy_q8(_: Avx2, acc: &mut [f32], w: f32, row: &[Q8Block]) {
-    let n = row.len().min(acc.len() / Q8_BLOCK) * Q8_BLOCK;
-    let (ap, rp) = (acc.as_mut_ptr(), row.as_ptr());
-    let wv = _mm256_set1_ps(w);
-    let mut i = 0;
-    // SAFETY: i + 8 <= n <= acc.len(), i % 8 == 0 and value i lies in block i / 32 <
-    // row.len(): loads and stores stay inside both slices.
-    while i + 8 <= n {
-        let a = _mm256_loadu_ps(ap.add(i));
-        _mm256_storeu_ps(ap.add(i), _mm256_fmadd_ps(wv, load_q8(rp, i), a));
-        i += 8;
     }
 }

@@ -251,7 +251,8 @@ impl Elem for f16 {
 }
 
 /// q8_0 blocks, read in place: `q . row = sum_b d_b sum_i q_i x_{b,i}` and
-/// `acc += w d_b q_{b,i}`, the quants widened to f32 and scaled by their block's f16 scale.
+/// `acc += w d_b q_{b,i}`, the quants widened to f32; the block kernels apply each block's
+/// f16 scale once per block (see `avx2_q8`).
 impl Elem for Q8Block {
     const VALUES: usize = qada_stats::Q8_BLOCK;
     #[inline]
@@ -260,7 +261,7 @@ impl Elem for Q8Block {
         if let Some(t) = Avx2::detect() {
             // SAFETY: the token proves AVX2, FMA and F16C; the kernel reads the whole blocks
             // both slices cover only.
-            return unsafe { super::avx2::dot_q8(t, q, row) };
+            return unsafe { super::avx2_q8::dot_q8(t, q, row) };
         }
         dot_q8(q, row)
     }
@@ -270,7 +271,7 @@ impl Elem for Q8Block {
         if let Some(t) = Avx2::detect() {
             // SAFETY: the token proves AVX2, FMA and F16C; the kernel touches the whole blocks
             // both slices cover only.
-            return unsafe { super::avx2::axpy_q8(t, acc, w, row) };
+            return unsafe { super::avx2_q8::axpy_q8(t, acc, w, row) };
         }
         axpy_q8(acc, w, row)
     }
@@ -293,7 +294,7 @@ impl Elem for Q8Block {
         if let Some(t) = Avx2::detect() {
             // SAFETY: the token proves AVX2, FMA and F16C; `check_block` proved `d > 0`,
             // `d % 32 == 0`, whole rows and `out.len() >= h * n`: the kernel's contract.
-            unsafe { super::avx2::block_scores_q8(t, queries, keys, d, scale, out) };
+            unsafe { super::avx2_q8::block_scores_q8(t, queries, keys, d, scale, out) };
             return Ok(());
         }
         block_scores_portable(queries, keys, d, scale, out);
@@ -317,7 +318,7 @@ impl Elem for Q8Block {
         if let Some(t) = Avx2::detect() {
             // SAFETY: the token proves AVX2, FMA and F16C; `check_block` proved `d > 0`,
             // `d % 32 == 0`, whole rows and `weights.len() >= h * n`.
-            unsafe { super::avx2::block_accumulate_q8(t, acc, weights, values, d) };
+            unsafe { super::avx2_q8::block_accumulate_q8(t, acc, weights, values, d) };
             return Ok(());
         }
         block_accumulate_portable(acc, weights, values, d);

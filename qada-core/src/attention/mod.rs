@@ -5,15 +5,21 @@
 //! - `exp`: [`fast_exp`], [`exp_in_place`], [`max_score`] and the constants of the reduction;
 //! - [`Elem`] (`elem`): f32, f16 and q8 rows ([`qada_stats::Q8Block`], read in place), the safe entry points that check shapes and choose a
 //!   kernel (the AVX2 one when [`qada_stats::simd::Avx2::detect`] gives a token);
-//! - `portable` and `avx2`: the kernels themselves;
+//! - `portable`, `avx2` and `avx2_q8` (q8 rows): the kernels themselves;
 //! - `softmax`: the reference [`scores`], [`softmax_attend`], [`dense_attention`] and
-//!   [`local_attention`].
+//!   [`local_attention`];
+//! - `prefill`: [`prefill_attention`], prefill's causal attention of a block of queries in
+//!   tiles of keys with a running softmax, through [`gemm_strided`] (`gemm`).
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_q8;
 mod elem;
 mod exp;
+mod matmul;
 mod portable;
+mod prefill;
 #[cfg(test)]
 mod q8_props;
 mod segments;
@@ -21,6 +27,8 @@ mod softmax;
 
 pub use elem::Elem;
 pub use exp::{exp_in_place, fast_exp, max_score};
+pub use matmul::gemm_strided;
 pub use portable::dot;
+pub use prefill::{prefill_attention, PrefillHead, PrefillShape, TILE as PREFILL_TILE};
 pub use segments::KvSegments;
 pub use softmax::{dense_attention, local_attention, scores, softmax_attend, weighted_sum};

@@ -59,7 +59,7 @@ proptest! {
     #[test]
     fn q8_kernels_equal_f32_kernels_on_dequantized_rows(
         d in prop_oneof![Just(32usize), Just(64), Just(96), Just(128), Just(256)],
-        h in 1usize..5,
+        h in 1usize..=10,
         n in 1usize..80,
         kinds in prop::collection::vec(any::<u8>(), 1..6),
         seed in any::<u64>(),
