@@ -241,8 +241,9 @@ fn worst_drop(dir: &Path, rows: &[Row], summary: &mut String) -> CliResult<()> {
     if dense.len() < 2 {
         return Ok(());
     }
-    // (method, param) -> per task (accuracy, sparsity, bytes)
-    let mut per: Vec<((&str, String), Vec<(f64, f64, f64)>)> = Vec::new();
+    // (method, param) -> per task (drop, sparsity, bytes)
+    type PerTask = Vec<(f64, f64, f64)>;
+    let mut per: Vec<((&str, String), PerTask)> = Vec::new();
     for r in acc.iter().filter(|r| r.method != "dense") {
         let k = (r.method.as_str(), param_text(r.param));
         let drop = dense.get(r.task.as_str()).map(|d| d - r.value);
