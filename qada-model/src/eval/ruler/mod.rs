@@ -1,11 +1,11 @@
 //! RULER's synthetic tasks (NVIDIA RULER, `scripts/data/synthetic`), regenerated offline from a
 //! seed over haystack text the caller passes (the evaluation half of the speech corpus):
 //!
-//! - `niah-single`, `niah-multikey`, `niah-multivalue`, `niah-multiquery` ([`niah`]): needles
+//! - `niah-single`, `niah-multikey`, `niah-multivalue`, `niah-multiquery` (`niah.rs`): needles
 //!   "One of the special magic {type} for {key} is: {value}." hidden in the haystack;
-//! - `vt` ([`vt`]): a chain of variable assignments hidden in the haystack, every variable
+//! - `vt` (`vt.rs`): a chain of variable assignments hidden in the haystack, every variable
 //!   bound to the value asked for;
-//! - `cwe` and `fwe` ([`words`]): the most common words of a numbered list, the most frequent
+//! - `cwe` and `fwe` (`words.rs`): the most common words of a numbered list, the most frequent
 //!   coded words of a Zipf-distributed text.
 //!
 //! Every prompt is exactly `len` tokens: `prefix | intro | context | question | answer prefix`,
