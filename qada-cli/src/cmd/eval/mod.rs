@@ -153,14 +153,16 @@ fn check_identity(dir: &Path, id: &serde_json::Value, resume: bool) -> CliResult
     Ok(())
 }
 
-/// The calibration tables: given, saved by an earlier run in `dir` (with `--resume`), or
-/// made here and saved there.
+/// The calibration tables the methods need (moments for approx-calibration, head labels for
+/// static): given, saved by an earlier run in `dir` (with `--resume`), or made here and saved
+/// there.
 fn tables(
     a: &Args,
+    methods: &[&str],
     model: &Model,
     corpus: &Corpus,
     window: WindowConfig,
-) -> CliResult<(MomentTable, StaticTable)> {
+) -> CliResult<(Option<MomentTable>, Option<StaticTable>)> {
     let sig = model.signature();
     let ctx = model.config.context_length;
     let (moments_len, static_prompts, static_len) = if a.quick {
@@ -170,8 +172,11 @@ fn tables(
     };
     let saved_m = a.out_dir.join("moments.qmom");
     let m = match &a.moments_table {
-        Some(p) => MomentTable::load(p, Some(&sig)).map_err(|e| format!("{}: {e}", p.display()))?,
-        None if a.resume && saved_m.exists() => MomentTable::load(&saved_m, Some(&sig))?,
+        _ if !methods.contains(&"approx-calibration") => None,
+        Some(p) => {
+            Some(MomentTable::load(p, Some(&sig)).map_err(|e| format!("{}: {e}", p.display()))?)
+        }
+        None if a.resume && saved_m.exists() => Some(MomentTable::load(&saved_m, Some(&sig))?),
         None => {
             eprintln!(
                 "calibrating moments: random words from pre-{} speeches, {moments_len} tokens",
@@ -179,13 +184,16 @@ fn tables(
             );
             let t = moment_table(model, corpus, moments_len, 256, 0)?;
             t.save(&saved_m)?;
-            t
+            Some(t)
         }
     };
     let saved_s = a.out_dir.join("static.qsta");
     let s = match &a.static_table {
-        Some(p) => StaticTable::load(p, Some(&sig)).map_err(|e| format!("{}: {e}", p.display()))?,
-        None if a.resume && saved_s.exists() => StaticTable::load(&saved_s, Some(&sig))?,
+        _ if !methods.contains(&"static") => None,
+        Some(p) => {
+            Some(StaticTable::load(p, Some(&sig)).map_err(|e| format!("{}: {e}", p.display()))?)
+        }
+        None if a.resume && saved_s.exists() => Some(StaticTable::load(&saved_s, Some(&sig))?),
         None => {
             eprintln!(
                 "calibrating static heads: {static_prompts} prompts of {static_len} tokens from \
@@ -196,7 +204,7 @@ fn tables(
             let steps = 32.min(static_len / 4);
             let t = static_table(model, &prompts, window, steps, Tau::new(0.6)?)?;
             t.save(&saved_s)?;
-            t
+            Some(t)
         }
     };
     Ok((m, s))
@@ -251,15 +259,15 @@ pub fn run(a: Args) -> CliResult<()> {
         .map_err(|e| format!("cannot create {}: {e}", a.out_dir.display()))?;
     check_identity(&a.out_dir, &run_identity(&model_path, &a), a.resume)?;
     let started = std::time::Instant::now();
-    let (table, statics) = tables(&a, &model, &corpus, window)?;
-    let table = Arc::new(table);
-    let cfgs = configs(&methods, &taus, &alphas, Some(&statics))?;
+    let (table, statics) = tables(&a, &methods, &model, &corpus, window)?;
+    let table = table.map(Arc::new);
+    let cfgs = configs(&methods, &taus, &alphas, statics.as_ref())?;
     let mut log = RecordLog::open(&a.out_dir.join("records.jsonl"), a.resume)?;
     let sweep = Sweep {
         model: &model,
         corpus: &corpus,
         cfgs: &cfgs,
-        table: Some(&table),
+        table: table.as_ref(),
         samples,
         fidelity_steps: if a.quick { 16 } else { 32 },
         gate: !a.no_gate,
