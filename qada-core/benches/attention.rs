@@ -34,6 +34,8 @@ fn per_head(c: &mut Criterion) {
             window_keys: (&keys[w * D..]).into(),
             window_values: (&values[w * D..]).into(),
             bulk_moments: &moments,
+            bulk_pages: None,
+            bulk_clusters: None,
         };
         let mut scratch = Vec::new();
         let mut out = vec![0.0f32; D];
@@ -58,6 +60,8 @@ fn per_head(c: &mut Criterion) {
                     bulk_len: kv.bulk_len(),
                     bulk_moments: &moments,
                     bulk_keys: kv.bulk_keys,
+                    bulk_pages: None,
+                    bulk_clusters: None,
                 };
                 approx.decide(&input).unwrap()
             })
@@ -74,6 +78,8 @@ fn per_head(c: &mut Criterion) {
                     bulk_len: kv.bulk_len(),
                     bulk_moments: &factored,
                     bulk_keys: kv.bulk_keys,
+                    bulk_pages: None,
+                    bulk_clusters: None,
                 };
                 approx.decide(&input).unwrap()
             })

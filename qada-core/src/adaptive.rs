@@ -273,6 +273,8 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
             bulk_len: k.bulk_len(),
             bulk_moments: k.bulk_moments,
             bulk_keys: k.bulk_keys,
+            bulk_pages: k.bulk_pages,
+            bulk_clusters: k.bulk_clusters,
         };
         decisions[h] = criterion.decide(&input)?;
         if k.bulk_len() == 0 {

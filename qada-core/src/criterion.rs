@@ -1,6 +1,6 @@
 //! The locality criterion: is this head local for this query?
 
-use qada_stats::{KeyDistribution, Rows};
+use qada_stats::{BulkSummaries, ClusterMoments, KeyDistribution, PageBounds, Rows};
 
 use crate::{CoreError, Result};
 
@@ -52,6 +52,12 @@ pub struct HeadInput<'a> {
     pub bulk_moments: &'a dyn KeyDistribution,
     /// The bulk keys themselves, `T_bulk x d`, for the criteria that need every score.
     pub bulk_keys: Rows<'a>,
+    /// Page bounds of the bulk keys, when the criterion asked for them
+    /// ([`LocalityCriterion::bulk_summaries`]) and the cache keeps them.
+    pub bulk_pages: Option<&'a PageBounds>,
+    /// Cluster moments of the bulk keys, when the criterion asked for them and the cache keeps
+    /// them.
+    pub bulk_clusters: Option<&'a ClusterMoments>,
 }
 
 /// One decision.
@@ -103,6 +109,12 @@ pub trait LocalityCriterion: Send + Sync {
         0
     }
 
+    /// What the cache must keep about the bulk for this criterion besides its moments (page
+    /// bounds, cluster moments); none unless overridden.
+    fn bulk_summaries(&self) -> BulkSummaries {
+        BulkSummaries::default()
+    }
+
     /// Decide for the query heads of one GQA group; returns true when any of them is
     /// long-context (then the group's bulk keys and values must be read).
     fn decide_group(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<bool> {
@@ -142,6 +154,9 @@ macro_rules! forward_criterion {
             }
             fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
                 (**self).decision_flops(d, bulk_len)
+            }
+            fn bulk_summaries(&self) -> BulkSummaries {
+                (**self).bulk_summaries()
             }
             fn decide_group(
                 &self,
@@ -262,6 +277,8 @@ mod tests {
             bulk_len: 3,
             bulk_moments: &m,
             bulk_keys: Rows::F32(&[0.0; 6]),
+            bulk_pages: None,
+            bulk_clusters: None,
         };
         let (g0, l0) = (
             counts.groups.load(Ordering::Relaxed),

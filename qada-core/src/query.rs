@@ -14,7 +14,7 @@
 use std::borrow::Cow;
 
 use ndarray::{ArrayView1, ArrayView2, CowArray, Ix1, Ix2};
-use qada_stats::{KeyMoments, Rows};
+use qada_stats::{ClusterMoments, KeyMoments, PageBounds, Rows};
 
 use crate::attention::scores;
 use crate::lse::{log_local_share, lse};
@@ -174,6 +174,8 @@ impl<'a> PreparedQuery<'a> {
                     .and_then(|k| k.as_slice())
                     .unwrap_or(&[]),
             ),
+            bulk_pages: None,
+            bulk_clusters: None,
         }
     }
 
@@ -187,9 +189,32 @@ impl<'a> PreparedQuery<'a> {
         &self.moments
     }
 
-    /// `criterion`'s decision.
+    /// `criterion`'s decision. The page bounds and cluster moments it asks for
+    /// ([`LocalityCriterion::bulk_summaries`]) are made here from the bulk keys, when given.
     pub fn decide<C: LocalityCriterion + ?Sized>(&self, criterion: &C) -> Result<Decision> {
-        criterion.decide(&self.input())
+        let want = criterion.bulk_summaries();
+        let d = self.query.len();
+        let keys = self.bulk_keys.as_ref().and_then(|k| k.as_slice());
+        let pages = match (want.page, keys) {
+            (Some(page), Some(k)) => {
+                let mut b = PageBounds::new(d, page)?;
+                b.push_rows_of(Rows::F32(k))?;
+                Some(b)
+            }
+            _ => None,
+        };
+        let clusters = match (want.clusters, keys) {
+            (Some(n), Some(k)) => {
+                let mut c = ClusterMoments::new(d, n)?;
+                c.fit(Rows::F32(k))?;
+                Some(c)
+            }
+            _ => None,
+        };
+        let mut input = self.input();
+        input.bulk_pages = pages.as_ref();
+        input.bulk_clusters = clusters.as_ref();
+        criterion.decide(&input)
     }
 
     /// The oracle and QAdA at threshold `tau`, with the masses each computed.

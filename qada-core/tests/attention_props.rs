@@ -284,6 +284,8 @@ fn f16_rows_give_the_attention_of_the_rounded_keys_and_values() {
         window_keys: Rows::F16(&k16[b1 * d..]),
         window_values: Rows::F16(&v16[b1 * d..]),
         bulk_moments: f32_view.bulk_moments,
+        bulk_pages: None,
+        bulk_clusters: None,
     };
     let q: Vec<f32> = (0..group * d).map(|i| (i as f32 * 0.37).sin()).collect();
     let mut out = vec![0.0; group * d];
@@ -360,6 +362,8 @@ fn q8_rows_give_the_attention_of_the_dequantized_keys_and_values() {
         window_keys: Rows::Q8(&k8[b1..]),
         window_values: Rows::Q8(&v8[b1..]),
         bulk_moments: f32_view.bulk_moments,
+        bulk_pages: None,
+        bulk_clusters: None,
     };
     seg.validate().unwrap();
     let q: Vec<f32> = (0..group * d).map(|i| (i as f32 * 0.37).sin()).collect();

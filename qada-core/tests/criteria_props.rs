@@ -33,6 +33,8 @@ fn input<'a>(h: &'a Head, q: &'a [f32], scale: f32, local: &'a [f32]) -> HeadInp
         bulk_len: kv.bulk_len(),
         bulk_moments: &h.moments,
         bulk_keys: kv.bulk_keys,
+        bulk_pages: None,
+        bulk_clusters: None,
     }
 }
 

@@ -54,6 +54,8 @@ proptest! {
             window_keys: Rows::F32(&kv[(t - window) * d..]),
             window_values: Rows::F32(&kv[(t - window) * d..]),
             bulk_moments: &m,
+            bulk_pages: None,
+            bulk_clusters: None,
         };
         let scale = 1.0 / (d as f32).sqrt();
         let p = probe_layer(0, q.as_slice().unwrap(), &[seg], scale).unwrap()[0];

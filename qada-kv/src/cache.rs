@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use qada_stats::{FactoredMoments, KeyMoments};
+use qada_stats::{BulkSummaries, ClusterMoments, FactoredMoments, KeyMoments, PageBounds};
 
 use crate::exact::ExactKeys;
 use crate::span::{kept_bound, rows_to_drop};
@@ -41,6 +41,12 @@ pub(crate) struct HeadStore {
     pub(crate) factored: Option<FactoredMoments>,
     /// q8 caches, full layers: the f32 keys not yet in `bulk` (empty otherwise).
     pub(crate) exact: ExactKeys,
+    /// Page bounds of the bulk keys, when kept ([`KvCache::set_bulk_summaries`]).
+    pub(crate) pages: Option<PageBounds>,
+    /// Cluster moments of the bulk keys, when kept.
+    pub(crate) clusters: Option<ClusterMoments>,
+    /// Bulk positions `sink .. sink + summarized` are in `pages` and `clusters`.
+    pub(crate) summarized: usize,
 }
 
 /// Source of [`KvCache::id`]: process-wide, never reused.
@@ -80,6 +86,8 @@ pub struct KvCache {
     pub(crate) moments_fixed: bool,
     /// Set by `finish_prefill`.
     pub(crate) prefill_done: bool,
+    /// What each full layer keeps about its bulk besides the moments.
+    pub(crate) summaries: BulkSummaries,
 }
 
 impl Clone for KvCache {
@@ -97,6 +105,7 @@ impl Clone for KvCache {
             firsts: self.firsts.clone(),
             moments_fixed: self.moments_fixed,
             prefill_done: self.prefill_done,
+            summaries: self.summaries,
         }
     }
 }
@@ -152,6 +161,9 @@ impl KvCache {
             folded: 0,
             factored: None,
             exact: ExactKeys::default(),
+            pages: None,
+            clusters: None,
+            summarized: 0,
         };
         let cache = KvCache {
             id: next_cache_id(),
@@ -164,6 +176,7 @@ impl KvCache {
             firsts: vec![0; shape.n_layers],
             moments_fixed: false,
             prefill_done: false,
+            summaries: BulkSummaries::default(),
         };
         if let MomentsMode::Calibration { table, .. } = &cache.mode {
             cache.check_table(table)?;
@@ -231,6 +244,13 @@ impl KvCache {
             h.folded = 0;
             h.factored = None;
             h.exact.reset(0);
+            h.summarized = 0;
+            if let Some(p) = &mut h.pages {
+                p.clear();
+            }
+            if let Some(c) = &mut h.clusters {
+                c.clear();
+            }
         }
         self.id = next_cache_id();
         self.lens.iter_mut().for_each(|l| *l = 0);
@@ -329,7 +349,7 @@ impl KvCache {
         if self.follows_bulk() {
             self.fold_layer(layer)?;
         }
-        Ok(())
+        self.summarize_layer(layer)
     }
 
     /// Storage of one (layer, KV head), both already checked to be in range.
@@ -347,6 +367,7 @@ impl KvCache {
             MomentsMode::Frozen => self.moments_fixed = true,
             MomentsMode::Calibration { .. } => self.apply_calibration()?,
         }
+        self.fit_clusters()?;
         self.refactor()
     }
 

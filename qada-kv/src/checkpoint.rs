@@ -6,7 +6,7 @@
 //! drops rows as it grows, so its checkpoint also copies the rows it keeps (at most
 //! `max(2W, W - 1 + n)` per head, `n` the last block appended) and restore puts them back.
 
-use qada_stats::{FactoredMoments, KeyMoments};
+use qada_stats::{BulkSummaries, ClusterMoments, FactoredMoments, KeyMoments, PageBounds};
 
 use crate::exact::ExactKeys;
 use crate::store::Store;
@@ -29,6 +29,9 @@ pub struct CacheCheckpoint {
     mode: MomentsMode,
     moments_fixed: bool,
     prefill_done: bool,
+    /// Per (layer, KV head): page bounds, cluster moments, and how many bulk keys they hold.
+    summaries: Vec<(Option<PageBounds>, Option<ClusterMoments>, usize)>,
+    wanted: BulkSummaries,
 }
 
 impl CacheCheckpoint {
@@ -64,11 +67,17 @@ impl KvCache {
             mode: self.mode.clone(),
             moments_fixed: self.moments_fixed,
             prefill_done: self.prefill_done,
+            summaries: self
+                .heads
+                .iter()
+                .map(|h| (h.pages.clone(), h.clusters.clone(), h.summarized))
+                .collect(),
+            wanted: self.summaries,
         }
     }
 
     /// Return to a checkpoint taken earlier in the same sequence: tokens appended since are
-    /// dropped and the moments, mode and prefill state are restored; sliding layers get their
+    /// dropped and the moments, summaries, mode and prefill state are restored; sliding layers get their
     /// kept rows back as they were.
     ///
     /// A checkpoint of another cache (another session, a clone, or this cache before
@@ -85,6 +94,7 @@ impl KvCache {
             || cp.moments.len() != self.heads.len()
             || cp.rows.len() != self.heads.len()
             || cp.exact.len() != self.heads.len()
+            || cp.summaries.len() != self.heads.len()
         {
             return Err(KvError::OutOfRange {
                 what: "checkpoint layers",
@@ -125,12 +135,17 @@ impl KvCache {
             store.folded = *folded;
             store.factored.clone_from(factored);
             store.exact.clone_from(&cp.exact[i]);
+            let (pages, clusters, summarized) = &cp.summaries[i];
+            store.pages.clone_from(pages);
+            store.clusters.clone_from(clusters);
+            store.summarized = *summarized;
         }
         self.lens.clone_from(&cp.lens);
         self.firsts.clone_from(&cp.firsts);
         self.mode = cp.mode.clone();
         self.moments_fixed = cp.moments_fixed;
         self.prefill_done = cp.prefill_done;
+        self.summaries = cp.wanted;
         Ok(())
     }
 }

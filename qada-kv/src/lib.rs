@@ -10,6 +10,9 @@
 //! current prompt, updated as keys leave the window, or frozen after prefill) or option 2
 //! (moments from a calibration table).
 //!
+//! When a criterion asks for them ([`KvCache::set_bulk_summaries`]), each full layer's bulk
+//! is also kept as page bounds and as cluster moments (see [`qada_stats::BulkSummaries`]).
+//!
 //! All views borrow the cache's storage: no key or value is ever copied to build one.
 //!
 //! # Layer spans
@@ -64,6 +67,7 @@ mod exact;
 mod moments_mode;
 mod span;
 mod store;
+mod summaries;
 mod views;
 mod window;
 

@@ -3,7 +3,7 @@
 //! storage: nothing is copied. Positions are the sequence's; a sliding layer's storage starts
 //! at its first kept position ([`HeadView::first_position`]), and segments map one to the other.
 
-use qada_stats::{FactoredMoments, KeyDistribution, KeyMoments, Rows};
+use qada_stats::{ClusterMoments, FactoredMoments, KeyDistribution, KeyMoments, PageBounds, Rows};
 
 use crate::{KvCache, LayerSpan, Split, WindowConfig};
 
@@ -51,6 +51,8 @@ pub struct HeadView<'a> {
     window: WindowConfig,
     bulk: &'a KeyMoments,
     factored: Option<&'a FactoredMoments>,
+    pages: Option<&'a PageBounds>,
+    clusters: Option<&'a ClusterMoments>,
 }
 
 impl<'a> HeadView<'a> {
@@ -121,6 +123,16 @@ impl<'a> HeadView<'a> {
     pub fn bulk_moments(&self) -> &'a KeyMoments {
         self.bulk
     }
+    /// Page bounds of the bulk keys, when the cache keeps them
+    /// ([`KvCache::set_bulk_summaries`]).
+    pub fn bulk_pages(&self) -> Option<&'a PageBounds> {
+        self.pages
+    }
+    /// Cluster moments of the bulk keys, when the cache keeps them (empty until the end of
+    /// prefill).
+    pub fn bulk_clusters(&self) -> Option<&'a ClusterMoments> {
+        self.clusters
+    }
     /// The bulk key distribution the criterion should use: the factored form of the moments
     /// while they are fixed (frozen or calibration), the full moments otherwise.
     pub fn bulk_distribution(&self) -> &'a dyn KeyDistribution {
@@ -169,6 +181,8 @@ impl<'a> LayerView<'a> {
             window: c.window,
             bulk: &s.bulk,
             factored: s.factored.as_ref(),
+            pages: s.pages.as_ref(),
+            clusters: s.clusters.as_ref(),
         }
     }
 }

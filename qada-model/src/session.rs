@@ -92,6 +92,8 @@ pub fn segments<'a>(v: &HeadView<'a>) -> KvSegments<'a> {
         window_keys: w.keys,
         window_values: w.values,
         bulk_moments: v.bulk_distribution(),
+        bulk_pages: v.bulk_pages(),
+        bulk_clusters: v.bulk_clusters(),
     }
 }
 
@@ -122,7 +124,8 @@ impl<'m> Session<'m> {
         if let MomentsMode::Calibration { table, .. } = &opts.moments {
             table.signature().check_matches(&model.signature())?;
         }
-        let cache = KvCache::with_spans(shape, opts.window, opts.moments, c.spans())?;
+        let mut cache = KvCache::with_spans(shape, opts.window, opts.moments, c.spans())?;
+        cache.set_bulk_summaries(opts.criterion.bulk_summaries())?;
         Ok(Session {
             model,
             cache,
@@ -192,12 +195,18 @@ impl<'m> Session<'m> {
         self.prefilled = cp.prefilled;
         let c = &self.model.config;
         self.accounting = Accounting::new(c.n_layers, c.n_heads);
+        // the checkpoint's summaries are those of the criterion then
+        self.cache
+            .set_bulk_summaries(self.criterion.bulk_summaries())?;
         Ok(())
     }
 
-    /// Decide with another criterion from now on.
-    pub fn set_criterion(&mut self, criterion: Box<dyn LocalityCriterion>) {
+    /// Decide with another criterion from now on; the cache starts keeping the bulk
+    /// summaries it reads (page bounds, clusters), built from the current bulk.
+    pub fn set_criterion(&mut self, criterion: Box<dyn LocalityCriterion>) -> Result<()> {
+        self.cache.set_bulk_summaries(criterion.bulk_summaries())?;
         self.criterion = criterion;
+        Ok(())
     }
 
     /// Take bulk moments from elsewhere from now on (see [`KvCache::set_moments_mode`]).
@@ -216,7 +225,7 @@ impl<'m> Session<'m> {
         moments: MomentsMode,
     ) -> Result<()> {
         self.reset();
-        self.set_criterion(criterion);
+        self.set_criterion(criterion)?;
         self.set_moments_mode(moments)
     }
 

@@ -214,7 +214,7 @@ fn a_window_alone_diverges_from_dense_and_a_session_must_be_restored_first() {
         Err(ModelError::Input(_))
     ));
     session.restore(reference.checkpoint()).unwrap();
-    session.set_criterion(Box::new(Window));
+    session.set_criterion(Box::new(Window)).unwrap();
     let steps = reference.compare(&mut session).unwrap();
     let kl: f64 = steps.iter().map(|s| s.kl).sum();
     assert!(

@@ -5,6 +5,9 @@
 //! - [`GaussianScore`]: the Gaussian score model of the paper (eq. 6): for a query `q` and key
 //!   moments `(mu_K, Sigma_K)`, `mu_s = q . mu_K / sqrt(d)`, `sigma_s^2 = q Sigma_K q^T / d` and
 //!   `log A_bulk_hat = ln T_bulk + mu_s + sigma_s^2 / 2`.
+//! - [`PageBounds`] and [`ClusterMoments`]: the bulk in pages with elementwise bounds (an
+//!   upper bound of the bulk mass) and in k-means clusters with moments each (a mixture
+//!   estimate), kept by a cache when a criterion asks for them ([`BulkSummaries`]).
 //! - [`MomentTable`]: calibration moments (the paper's option 2) per layer and KV head at
 //!   checkpoints, saved in a versioned, checksummed binary file tied to a [`ModelSignature`].
 //!
@@ -40,26 +43,32 @@
 
 #![warn(missing_docs)]
 
+mod clusters;
 pub mod codec;
 mod error;
 mod factored;
 mod moments;
 mod packed;
+mod pages;
 mod q8;
 mod rows;
 mod score;
 mod signature;
 pub mod simd;
+mod summary;
 mod table;
 
+pub use clusters::{ClusterMoments, KMEANS_ITERATIONS};
 pub use error::{Result, StatsError};
 pub use factored::FactoredMoments;
 pub use half::f16;
 pub use moments::KeyMoments;
+pub use pages::PageBounds;
 pub use q8::{Q8Block, Q8_BLOCK};
 pub use rows::Rows;
 pub use score::{GaussianScore, KeyDistribution};
 pub use signature::ModelSignature;
+pub use summary::BulkSummaries;
 pub use table::{Checkpoint, MomentTable, DEFAULT_TABLE_OFFSET};
 
 // Types users share across threads.
@@ -71,4 +80,6 @@ const _: () = {
     send_sync::<GaussianScore>();
     send_sync::<ModelSignature>();
     send_sync::<Rows<'static>>();
+    send_sync::<PageBounds>();
+    send_sync::<ClusterMoments>();
 };

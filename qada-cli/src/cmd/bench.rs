@@ -66,7 +66,7 @@ fn decode_from(
     n: usize,
 ) -> CliResult<f64> {
     session.restore(cp)?;
-    session.set_criterion(criterion);
+    session.set_criterion(criterion)?;
     if let Some(m) = moments.filter(|m| !matches!(m, MomentsMode::Update)) {
         session.set_moments_mode(m.clone())?;
     }

@@ -1,6 +1,6 @@
 //! [`KvSegments`]: one KV head's rows split into QAdA's index sets (sink, bulk, window).
 
-use qada_stats::{KeyDistribution, Rows};
+use qada_stats::{ClusterMoments, KeyDistribution, PageBounds, Rows};
 
 use crate::{CoreError, Result};
 
@@ -24,6 +24,10 @@ pub struct KvSegments<'a> {
     pub window_values: Rows<'a>,
     /// Moments of the bulk keys (as the cache keeps them: full, or factored when fixed).
     pub bulk_moments: &'a dyn KeyDistribution,
+    /// Page bounds of the bulk keys, when the cache keeps them.
+    pub bulk_pages: Option<&'a PageBounds>,
+    /// Cluster moments of the bulk keys, when the cache keeps them.
+    pub bulk_clusters: Option<&'a ClusterMoments>,
 }
 
 impl KvSegments<'_> {

@@ -54,6 +54,8 @@ impl Head {
             window_keys: (&self.keys[b1 * d..]).into(),
             window_values: (&self.values[b1 * d..]).into(),
             bulk_moments: &self.moments,
+            bulk_pages: None,
+            bulk_clusters: None,
         }
     }
 

@@ -108,7 +108,7 @@ pub fn setup(
     table: Option<&Arc<MomentTable>>,
 ) -> CliResult<()> {
     session.restore(cp)?;
-    session.set_criterion(Box::new(c.criterion.clone()));
+    session.set_criterion(Box::new(c.criterion.clone()))?;
     if c.calibrated {
         let Some(table) = table else {
             return fail("approx-calibration needs a moment table");

@@ -1,0 +1,211 @@
+//! Page bounds of the bulk keys (Quest's bound): the keys in pages of `P` consecutive rows,
+//! and for each page the elementwise minimum `m` and maximum `M` of its keys.
+//!
+//! For a query `q` and any key `k` of page `p`, `q . k <= sum_j max(q_j m_j, q_j M_j)`, so
+//! with `u_p = scale * sum_j max(q_j m_j, q_j M_j)` (`scale > 0`) and `n_p` keys in the page,
+//! `A_bulk = sum_i exp(s_i) <= sum_p n_p exp(u_p)`: [`PageBounds::log_mass_upper_bound`]
+//! returns the log of the right side. Cost `O(T d / P)` per query.
+
+use crate::{Result, Rows, StatsError};
+
+/// Elementwise minimum and maximum of keys in pages of `page` rows, rows appended in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PageBounds {
+    dim: usize,
+    page: usize,
+    rows: usize,
+    /// `n_pages x dim`, row-major.
+    min: Vec<f32>,
+    /// `n_pages x dim`, row-major.
+    max: Vec<f32>,
+}
+
+impl PageBounds {
+    /// Empty bounds of keys of length `dim` in pages of `page` rows (both at least 1).
+    pub fn new(dim: usize, page: usize) -> Result<Self> {
+        if dim == 0 || page == 0 {
+            return Err(StatsError::ShapeMismatch {
+                what: "page bounds (key length and page size, both at least 1)",
+                expected: 1,
+                found: 0,
+            });
+        }
+        Ok(PageBounds {
+            dim,
+            page,
+            rows: 0,
+            min: Vec::new(),
+            max: Vec::new(),
+        })
+    }
+    /// Key length `d`.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+    /// Rows per page `P`.
+    pub fn page_size(&self) -> usize {
+        self.page
+    }
+    /// Keys seen.
+    pub fn n_rows(&self) -> usize {
+        self.rows
+    }
+    /// Pages (the last one may be partial).
+    pub fn n_pages(&self) -> usize {
+        self.rows.div_ceil(self.page)
+    }
+    /// True when no key was added.
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+    /// Keys in page `p`.
+    pub fn page_len(&self, p: usize) -> usize {
+        (self.rows - p * self.page).min(self.page)
+    }
+    /// Elementwise minimum of page `p`'s keys.
+    pub fn page_min(&self, p: usize) -> &[f32] {
+        &self.min[p * self.dim..(p + 1) * self.dim]
+    }
+    /// Elementwise maximum of page `p`'s keys.
+    pub fn page_max(&self, p: usize) -> &[f32] {
+        &self.max[p * self.dim..(p + 1) * self.dim]
+    }
+    /// Bytes a query reads: the minimum and maximum of every page.
+    pub fn bytes(&self) -> usize {
+        (self.min.len() + self.max.len()) * std::mem::size_of::<f32>()
+    }
+    /// Forget every key.
+    pub fn clear(&mut self) {
+        self.rows = 0;
+        self.min.clear();
+        self.max.clear();
+    }
+
+    /// Add one key. A NaN coordinate makes the page's bounds NaN there (and so every bound
+    /// computed from them), never a bound that is too small.
+    pub fn push(&mut self, key: &[f32]) -> Result<()> {
+        if key.len() != self.dim {
+            return Err(StatsError::DimensionMismatch {
+                expected: self.dim,
+                found: key.len(),
+            });
+        }
+        if self.rows % self.page == 0 {
+            self.min.extend_from_slice(key);
+            self.max.extend_from_slice(key);
+        } else {
+            let at = self.min.len() - self.dim;
+            for ((lo, hi), &k) in self.min[at..].iter_mut().zip(&mut self.max[at..]).zip(key) {
+                // NaN-propagating: a NaN key poisons the page instead of being skipped
+                *lo = if k < *lo || k.is_nan() { k } else { *lo };
+                *hi = if k > *hi || k.is_nan() { k } else { *hi };
+            }
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Add every row of `keys` (f32, f16 or q8 rows, taken as f32 exactly as attention reads
+    /// them).
+    pub fn push_rows_of(&mut self, keys: Rows<'_>) -> Result<()> {
+        let d = self.dim;
+        if keys.len() % d != 0 {
+            return Err(StatsError::DimensionMismatch {
+                expected: d,
+                found: keys.len() % d,
+            });
+        }
+        if matches!(keys, Rows::Q8(_)) && d % crate::Q8_BLOCK != 0 {
+            return Err(StatsError::DimensionMismatch {
+                expected: d.next_multiple_of(crate::Q8_BLOCK),
+                found: d,
+            });
+        }
+        let mut row = vec![0.0f32; d];
+        for i in 0..keys.n_rows(d) {
+            keys.row_f32(i, &mut row);
+            self.push(&row)?;
+        }
+        Ok(())
+    }
+
+    /// `u_p = scale * sum_j max(q_j m_j, q_j M_j)`, an upper bound of `scale * q . k` over
+    /// the keys `k` of page `p` (`scale > 0`), in f64.
+    pub fn score_upper_bound(&self, p: usize, q: &[f32], scale: f64) -> f64 {
+        let (lo, hi) = (self.page_min(p), self.page_max(p));
+        let mut u = 0.0f64;
+        for ((&qj, &l), &h) in q.iter().zip(lo).zip(hi) {
+            let (a, b) = (qj as f64 * l as f64, qj as f64 * h as f64);
+            u += if a > b || a.is_nan() { a } else { b };
+        }
+        scale * u
+    }
+
+    /// `ln sum_p n_p exp(u_p)`, the log of an upper bound of `A_bulk = sum_i exp(s_i)` over
+    /// every key added; `-inf` with no key, NaN when a bound is NaN.
+    pub fn log_mass_upper_bound(&self, q: &[f32], scale: f64) -> Result<f64> {
+        if q.len() != self.dim {
+            return Err(StatsError::DimensionMismatch {
+                expected: self.dim,
+                found: q.len(),
+            });
+        }
+        // streaming log-sum-exp: running maximum and the sum scaled to it
+        let (mut m, mut l) = (f64::NEG_INFINITY, 0.0f64);
+        for p in 0..self.n_pages() {
+            let x = (self.page_len(p) as f64).ln() + self.score_upper_bound(p, q, scale);
+            if x.is_nan() {
+                return Ok(f64::NAN);
+            }
+            if x > m {
+                l = l * (m - x).exp() + 1.0;
+                m = x;
+            } else {
+                l += (x - m).exp();
+            }
+        }
+        Ok(if l == 0.0 { m } else { m + l.ln() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_fill_in_order_and_bound_every_key() {
+        let mut b = PageBounds::new(2, 2).unwrap();
+        for k in [[1.0f32, -1.0], [3.0, 0.5], [-2.0, 4.0]] {
+            b.push(&k).unwrap();
+        }
+        assert_eq!((b.n_rows(), b.n_pages(), b.page_len(1)), (3, 2, 1));
+        assert_eq!(
+            (b.page_min(0), b.page_max(0)),
+            (&[1.0, -1.0][..], &[3.0, 0.5][..])
+        );
+        // q = (1, -1): page 0 bound max(1,3) + max(1,-0.5) = 4; page 1: -2 - 4 = -6
+        let q = [1.0f32, -1.0];
+        assert_eq!(b.score_upper_bound(0, &q, 1.0), 4.0);
+        assert_eq!(b.score_upper_bound(1, &q, 1.0), -6.0);
+        let ub = b.log_mass_upper_bound(&q, 1.0).unwrap();
+        assert!((ub - (2.0 * 4f64.exp() + (-6f64).exp()).ln()).abs() < 1e-12);
+        // the true mass: exp(2) + exp(2.5) + exp(-6) is below
+        let truth = (2f64.exp() + 2.5f64.exp() + (-6f64).exp()).ln();
+        assert!(truth <= ub);
+    }
+
+    #[test]
+    fn empty_and_nan() {
+        let mut b = PageBounds::new(1, 4).unwrap();
+        assert_eq!(
+            b.log_mass_upper_bound(&[1.0], 1.0).unwrap(),
+            f64::NEG_INFINITY
+        );
+        b.push(&[1.0]).unwrap();
+        b.push(&[f32::NAN]).unwrap();
+        b.push(&[2.0]).unwrap();
+        assert!(b.log_mass_upper_bound(&[1.0], 1.0).unwrap().is_nan());
+        assert!(PageBounds::new(0, 1).is_err() && PageBounds::new(1, 0).is_err());
+        assert!(b.push(&[1.0, 2.0]).is_err());
+    }
+}
