@@ -261,10 +261,10 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
         }
     }
 
-    // 2. decide, head by head.
-    for h in 0..n_heads {
-        let k = kv.segments(h / group);
-        let input = HeadInput {
+    // 2. decide, group by group (the criterion may decide a group as one: see `Grouped`).
+    for g in 0..n_kv {
+        let k = kv.segments(g);
+        let input = |h: usize| HeadInput {
             layer,
             head: h,
             query: &queries[h * d..(h + 1) * d],
@@ -276,9 +276,14 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
             bulk_pages: k.bulk_pages,
             bulk_clusters: k.bulk_clusters,
         };
-        decisions[h] = criterion.decide(&input)?;
+        // on the stack: at most 64 heads per group (checked above); slots past the group
+        // repeat its last head and are not passed on
+        let inputs: [HeadInput<'_>; 64] =
+            std::array::from_fn(|i| input(g * group + i.min(group - 1)));
+        let out = &mut decisions[g * group..(g + 1) * group];
+        criterion.decide_group(&inputs[..group], out)?;
         if k.bulk_len() == 0 {
-            decisions[h].local = true;
+            out.iter_mut().for_each(|o| o.local = true);
         }
     }
 

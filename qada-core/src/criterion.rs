@@ -115,6 +115,12 @@ pub trait LocalityCriterion: Send + Sync {
         BulkSummaries::default()
     }
 
+    /// The threshold on the local share, for criteria that have one (group decisions by mass
+    /// need it); `None` unless overridden.
+    fn tau(&self) -> Option<Tau> {
+        None
+    }
+
     /// Decide for the query heads of one GQA group; returns true when any of them is
     /// long-context (then the group's bulk keys and values must be read).
     fn decide_group(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<bool> {
@@ -157,6 +163,9 @@ macro_rules! forward_criterion {
             }
             fn bulk_summaries(&self) -> BulkSummaries {
                 (**self).bulk_summaries()
+            }
+            fn tau(&self) -> Option<Tau> {
+                (**self).tau()
             }
             fn decide_group(
                 &self,

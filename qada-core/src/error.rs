@@ -36,6 +36,17 @@ pub enum CoreError {
     #[error("the oracle needs the bulk keys: pass Bulk::Keys or Bulk::KeysAndMoments, not Bulk::Moments")]
     MissingBulkKeys,
 
+    /// A name that is none of those expected (a group mode, a criterion).
+    #[error("unknown {what} {found:?}: use {expected}")]
+    UnknownName {
+        /// What was named.
+        what: &'static str,
+        /// The name given.
+        found: String,
+        /// The names accepted.
+        expected: &'static str,
+    },
+
     /// Reading or checking a moment or criterion file failed.
     #[error(transparent)]
     Stats(#[from] qada_stats::StatsError),

@@ -59,6 +59,7 @@ pub mod attention;
 pub mod criteria;
 mod criterion;
 mod error;
+pub mod group;
 pub mod lse;
 pub mod metrics;
 pub mod query;
@@ -75,6 +76,7 @@ pub use criteria::{
 };
 pub use criterion::{Decision, HeadInput, LocalityCriterion, Tau};
 pub use error::{CoreError, Result};
+pub use group::{GroupMode, Grouped};
 pub use query::{compare_query, decide_query, Bulk, Comparison, HeadQuery, PreparedQuery};
 
 // Types users share across threads.
