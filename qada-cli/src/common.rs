@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
-use qada_core::{Approx, Dense, LocalityCriterion, Oracle, Static, StaticTable, Window};
+use qada_core::{
+    Approx, Dense, GroupMode, Grouped, LocalityCriterion, Oracle, Static, StaticTable, Window,
+};
 use qada_kv::{KvDtype, MomentsMode, WindowConfig};
 use qada_model::qlinear::ActPrecision;
 use qada_model::{LoadOptions, Model, WeightFormat};
@@ -250,6 +252,11 @@ pub struct CriterionArgs {
     /// Threshold on the local share of the softmax mass, in (0, 1).
     #[arg(long, default_value_t = 0.6)]
     pub tau: f64,
+    /// Decisions per GQA group: head (each query head alone, the paper), all (a group is
+    /// local only when every head of it is: the bulk is read for all or none) or mass (one
+    /// decision from the group's summed local and bulk masses).
+    #[arg(long, default_value = "head")]
+    pub group: String,
     /// Attention sink size T_sink.
     #[arg(long, default_value_t = 16)]
     pub sink: usize,
@@ -290,8 +297,18 @@ pub fn parse_kv(kv: &str) -> CliResult<KvDtype> {
 }
 
 impl CriterionArgs {
-    /// The criterion.
+    /// The criterion, deciding per group as `--group` says.
     pub fn criterion(&self, model: &Model) -> CliResult<Box<dyn LocalityCriterion>> {
+        let mode: GroupMode = self.group.parse().map_err(|e| format!("--group: {e}"))?;
+        let c = self.head_criterion(model)?;
+        Ok(match mode {
+            GroupMode::Head => c,
+            m => Box::new(Grouped::new(c, m)),
+        })
+    }
+
+    /// The criterion each head runs.
+    fn head_criterion(&self, model: &Model) -> CliResult<Box<dyn LocalityCriterion>> {
         Ok(match self.criterion.as_str() {
             "dense" => Box::new(Dense),
             "window" => Box::new(Window),
@@ -367,8 +384,15 @@ impl CriterionArgs {
                 self.alpha, self.sink, self.local
             ),
             c => format!(
-                "{c} (tau {}, sink {}, local {}, moments {})",
-                self.tau, self.sink, self.local, self.moments
+                "{c} (tau {}, sink {}, local {}, moments {}{})",
+                self.tau,
+                self.sink,
+                self.local,
+                self.moments,
+                match self.group.as_str() {
+                    "head" => String::new(),
+                    g => format!(", group {g}"),
+                }
             ),
         }
     }

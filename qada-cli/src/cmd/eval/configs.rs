@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use qada_core::{Approx, Dense, LocalityCriterion, Oracle, Static, StaticTable, Window};
+use qada_core::{
+    Approx, Dense, GroupMode, Grouped, LocalityCriterion, Oracle, Static, StaticTable, Window,
+};
 use qada_kv::MomentsMode;
 use qada_model::{Session, SessionCheckpoint};
 use qada_stats::MomentTable;
@@ -23,7 +25,8 @@ pub const METHODS: &[&str] = &[
 
 /// One point of a sweep.
 pub struct Config {
-    pub method: &'static str,
+    /// The method's name, with `@all` or `@mass` when its heads decide per GQA group.
+    pub method: String,
     pub param: Option<f64>,
     pub criterion: Arc<dyn LocalityCriterion>,
     /// QAdA with the calibration table's moments instead of the current bulk's.
@@ -46,33 +49,31 @@ pub fn parse_methods(list: &str) -> CliResult<Vec<&'static str>> {
         .collect())
 }
 
-/// The configurations of `methods`, over `taus` and `alphas`.
+/// The configurations of `methods`, over `taus` and `alphas`, each adaptive method once per
+/// group mode of `groups` (`head` keeps the method's name; `all` and `mass` add `@all`,
+/// `@mass`). Dense and window read the same bytes in every mode: they run once.
 pub fn configs(
     methods: &[&'static str],
     taus: &[f64],
     alphas: &[f64],
     statics: Option<&StaticTable>,
+    groups: &[GroupMode],
 ) -> CliResult<Vec<Config>> {
-    let one = |method, criterion: Arc<dyn LocalityCriterion>, param, calibrated| Config {
-        method,
-        param,
-        criterion,
-        calibrated,
-    };
-    let mut v = Vec::new();
+    // (method, criterion, parameter, calibrated), before the group modes
+    let mut base: Vec<(&'static str, Arc<dyn LocalityCriterion>, Option<f64>, bool)> = Vec::new();
     for &m in methods {
         match m {
-            "dense" => v.push(one(m, Arc::new(Dense), None, false)),
-            "window" => v.push(one(m, Arc::new(Window), None, false)),
+            "dense" => base.push((m, Arc::new(Dense), None, false)),
+            "window" => base.push((m, Arc::new(Window), None, false)),
             "oracle" => {
                 for &t in taus {
-                    v.push(one(m, Arc::new(Oracle::new(t)?), Some(t), false));
+                    base.push((m, Arc::new(Oracle::new(t)?), Some(t), false));
                 }
             }
             "approx-current" | "approx-calibration" => {
                 for &t in taus {
                     let calibrated = m == "approx-calibration";
-                    v.push(one(m, Arc::new(Approx::new(t)?), Some(t), calibrated));
+                    base.push((m, Arc::new(Approx::new(t)?), Some(t), calibrated));
                 }
             }
             "static" => {
@@ -80,15 +81,31 @@ pub fn configs(
                     return fail("the static method needs a static table");
                 };
                 for &a in alphas {
-                    v.push(one(
-                        m,
-                        Arc::new(Static::from_table(table, a)?),
-                        Some(a),
-                        false,
-                    ));
+                    base.push((m, Arc::new(Static::from_table(table, a)?), Some(a), false));
                 }
             }
             _ => return fail(format!("unknown method {m}")),
+        }
+    }
+    let mut v = Vec::new();
+    for (method, criterion, param, calibrated) in base {
+        let modes: &[GroupMode] = match method {
+            "dense" | "window" => &[GroupMode::Head],
+            _ => groups,
+        };
+        for &g in modes {
+            v.push(Config {
+                method: match g {
+                    GroupMode::Head => method.to_string(),
+                    g => format!("{method}@{g}"),
+                },
+                param,
+                criterion: match g {
+                    GroupMode::Head => criterion.clone(),
+                    g => Arc::new(Grouped::new(criterion.clone(), g)),
+                },
+                calibrated,
+            });
         }
     }
     Ok(v)
@@ -122,6 +139,18 @@ pub fn setup(
     Ok(())
 }
 
+/// The group modes of a comma-separated `--groups` list, each once, in the order given.
+pub fn parse_groups(list: &str) -> CliResult<Vec<GroupMode>> {
+    let mut v: Vec<GroupMode> = Vec::new();
+    for g in list.split(',').map(str::trim) {
+        let g: GroupMode = g.parse().map_err(|e| format!("--groups: {e}"))?;
+        if !v.contains(&g) {
+            v.push(g);
+        }
+    }
+    Ok(v)
+}
+
 /// Comma-separated numbers (`--taus`, `--alphas`, `--lengths`).
 pub fn parse_list<T: std::str::FromStr>(flag: &str, list: &str) -> CliResult<Vec<T>> {
     list.split(',')
@@ -147,8 +176,16 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("unknown method \"approx\""));
-        let c = configs(&["dense", "window", "oracle"], &[0.5, 0.9], &[], None).unwrap();
-        let names: Vec<_> = c.iter().map(|c| (c.method, c.param)).collect();
+        let head = [GroupMode::Head];
+        let c = configs(
+            &["dense", "window", "oracle"],
+            &[0.5, 0.9],
+            &[],
+            None,
+            &head,
+        )
+        .unwrap();
+        let names: Vec<_> = c.iter().map(|c| (c.method.as_str(), c.param)).collect();
         assert_eq!(
             names,
             [
@@ -158,7 +195,15 @@ mod tests {
                 ("oracle", Some(0.9))
             ]
         );
-        assert!(configs(&["static"], &[], &[0.5], None).is_err());
+        assert!(configs(&["static"], &[], &[0.5], None, &head).is_err());
+        // group modes: dense and window once, every adaptive setting once per mode
+        let modes = [GroupMode::Head, GroupMode::All, GroupMode::Mass];
+        let c = configs(&["dense", "window", "oracle"], &[0.5], &[], None, &modes).unwrap();
+        let names: Vec<_> = c.iter().map(|c| c.method.as_str()).collect();
+        assert_eq!(
+            names,
+            ["dense", "window", "oracle", "oracle@all", "oracle@mass"]
+        );
         assert_eq!(
             parse_list::<usize>("--lengths", "1024, 2048").unwrap(),
             [1024, 2048]

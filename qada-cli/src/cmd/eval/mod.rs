@@ -36,7 +36,7 @@ mod report;
 mod rows;
 mod sweep;
 
-use configs::{configs, parse_list, parse_methods};
+use configs::{configs, parse_groups, parse_list, parse_methods};
 use records::{read_records, Record, RecordLog};
 use sweep::{EvalTask, Sweep};
 
@@ -72,6 +72,12 @@ pub struct Args {
     /// Thresholds tau of the oracle and QAdA, comma-separated.
     #[arg(long)]
     taus: Option<String>,
+    /// Group decisions, comma-separated, among head (each query head alone, the paper), all
+    /// (a GQA group is local only when all its heads are) and mass (one decision per group
+    /// from its summed masses); every adaptive method runs once per mode, named `METHOD@all`
+    /// and `METHOD@mass` for the last two.
+    #[arg(long, default_value = "head")]
+    groups: String,
     /// Static heads' alphas, comma-separated.
     #[arg(long)]
     alphas: Option<String>,
@@ -224,6 +230,7 @@ pub fn run(a: Args) -> CliResult<()> {
         return Ok(());
     }
     let methods = parse_methods(&a.methods)?;
+    let groups = parse_groups(&a.groups)?;
     let taus = match &a.taus {
         Some(t) => parse_list("--taus", t)?,
         None if a.quick => QUICK_TAUS.to_vec(),
@@ -261,7 +268,7 @@ pub fn run(a: Args) -> CliResult<()> {
     let started = std::time::Instant::now();
     let (table, statics) = tables(&a, &methods, &model, &corpus, window)?;
     let table = table.map(Arc::new);
-    let cfgs = configs(&methods, &taus, &alphas, statics.as_ref())?;
+    let cfgs = configs(&methods, &taus, &alphas, statics.as_ref(), &groups)?;
     let mut log = RecordLog::open(&a.out_dir.join("records.jsonl"), a.resume)?;
     let sweep = Sweep {
         model: &model,

@@ -138,7 +138,7 @@ impl Sweep<'_> {
             p.task,
             p.len(),
             sample,
-            c.method,
+            &c.method,
             c.param,
             sums,
             1,
@@ -163,7 +163,7 @@ impl Sweep<'_> {
         // restorable: keep that one, prefill the other samples again if the gate passes.
         let mut last: Option<(usize, TaskPrompt, SessionCheckpoint)> = None;
         for s in 0..self.samples {
-            if log.has(&key(name, len, s, dense.method, dense.param)) {
+            if log.has(&key(name, len, s, &dense.method, dense.param)) {
                 pb.inc(1);
                 continue;
             }
@@ -192,7 +192,7 @@ impl Sweep<'_> {
         for s in order {
             let todo: Vec<&Config> = rest
                 .iter()
-                .filter(|c| !log.has(&key(name, len, s, c.method, c.param)))
+                .filter(|c| !log.has(&key(name, len, s, &c.method, c.param)))
                 .collect();
             pb.inc((rest.len() - todo.len()) as u64);
             if todo.is_empty() {
@@ -234,7 +234,7 @@ impl Sweep<'_> {
             let todo: Vec<&Config> = self
                 .cfgs
                 .iter()
-                .filter(|c| !log.has(&key("fidelity", len, s, c.method, c.param)))
+                .filter(|c| !log.has(&key("fidelity", len, s, &c.method, c.param)))
                 .collect();
             pb.inc((self.cfgs.len() - todo.len()) as u64);
             if todo.is_empty() {
@@ -268,7 +268,7 @@ impl Sweep<'_> {
                     "fidelity",
                     len,
                     s,
-                    c.method,
+                    &c.method,
                     c.param,
                     sums,
                     totals.steps,
