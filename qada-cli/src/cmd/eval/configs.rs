@@ -49,6 +49,9 @@ pub fn parse_methods(list: &str) -> CliResult<Vec<&'static str>> {
         .collect())
 }
 
+/// A configuration before the group modes: method, criterion, parameter, calibrated.
+type BaseConfig = (&'static str, Arc<dyn LocalityCriterion>, Option<f64>, bool);
+
 /// The configurations of `methods`, over `taus` and `alphas`, each adaptive method once per
 /// group mode of `groups` (`head` keeps the method's name; `all` and `mass` add `@all`,
 /// `@mass`). Dense and window read the same bytes in every mode: they run once.
@@ -59,8 +62,7 @@ pub fn configs(
     statics: Option<&StaticTable>,
     groups: &[GroupMode],
 ) -> CliResult<Vec<Config>> {
-    // (method, criterion, parameter, calibrated), before the group modes
-    let mut base: Vec<(&'static str, Arc<dyn LocalityCriterion>, Option<f64>, bool)> = Vec::new();
+    let mut base: Vec<BaseConfig> = Vec::new();
     for &m in methods {
         match m {
             "dense" => base.push((m, Arc::new(Dense), None, false)),
