@@ -44,6 +44,17 @@ pub struct Accounting {
     pub sliding_layer_steps: u64,
 }
 
+/// What one decision costs beyond the local scores: FLOPs per query head and bytes read per
+/// KV head (page bounds, say), from [`crate::LocalityCriterion::decision_flops`] and
+/// [`crate::LocalityCriterion::decision_bytes`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecisionCost {
+    /// FLOPs per query head.
+    pub flops: u64,
+    /// Bytes per KV head, counted in the K/V bytes read.
+    pub bytes: u64,
+}
+
 impl Accounting {
     /// Zero counts for a model of `n_layers` x `n_heads` query heads.
     pub fn new(n_layers: usize, n_heads: usize) -> Self {
@@ -77,7 +88,8 @@ impl Accounting {
     ///
     /// `total_len` is `T`, `local_len` is `|I|`, `d` the head dimension, `n_kv_heads` the KV
     /// heads (query head `h` reads KV head `h / (n_heads / n_kv_heads)`), `bytes_per_value`
-    /// the bytes of one cached K or V value (scales included), `decision_flops` the criterion's cost per head.
+    /// the bytes of one cached K or V value (scales included), `cost` the criterion's own
+    /// cost: FLOPs per head and bytes per KV head ([`DecisionCost`]).
     #[allow(clippy::too_many_arguments)]
     pub fn record_layer(
         &mut self,
@@ -88,8 +100,9 @@ impl Accounting {
         d: usize,
         n_kv_heads: usize,
         bytes_per_value: f64,
-        decision_flops: u64,
+        cost: DecisionCost,
     ) {
+        let decision_flops = cost.flops;
         let has_bulk = total_len > local_len;
         let n_heads = decisions.len().min(self.n_heads);
         let (t, l, d) = (total_len as f64, local_len as f64, d as f64);
@@ -115,6 +128,9 @@ impl Accounting {
                 .any(|dec| !dec.local);
             self.dense_kv_bytes += t * bytes_row;
             self.kv_bytes += if any_long { t } else { l } * bytes_row;
+            if has_bulk {
+                self.kv_bytes += cost.bytes as f64;
+            }
         }
     }
 
@@ -228,7 +244,7 @@ mod tests {
             8,
             1,
             2.0,
-            0,
+            DecisionCost::default(),
         );
         let (ratio, sparsity) = (acc.kv_bytes_ratio(), acc.sparsity());
         acc.record_sliding_layer(50, 8, 1, 2.0);
@@ -244,11 +260,47 @@ mod tests {
     fn sparsity_per_head_is_local_over_decisions_per_layer_and_head() {
         let mut acc = Accounting::new(2, 2);
         let (local, long) = (Decision::LOCAL, Decision::LONG);
-        acc.record_layer(0, &[local, long], 100, 10, 8, 1, 2.0, 0);
-        acc.record_layer(0, &[local, local], 100, 10, 8, 1, 2.0, 0);
-        acc.record_layer(1, &[long, local], 100, 10, 8, 1, 2.0, 0);
+        acc.record_layer(
+            0,
+            &[local, long],
+            100,
+            10,
+            8,
+            1,
+            2.0,
+            DecisionCost::default(),
+        );
+        acc.record_layer(
+            0,
+            &[local, local],
+            100,
+            10,
+            8,
+            1,
+            2.0,
+            DecisionCost::default(),
+        );
+        acc.record_layer(
+            1,
+            &[long, local],
+            100,
+            10,
+            8,
+            1,
+            2.0,
+            DecisionCost::default(),
+        );
         // no bulk: not a decision
-        acc.record_layer(1, &[local, local], 10, 10, 8, 1, 2.0, 0);
+        acc.record_layer(
+            1,
+            &[local, local],
+            10,
+            10,
+            8,
+            1,
+            2.0,
+            DecisionCost::default(),
+        );
         let s = acc.sparsity_per_head();
         assert_eq!(s.dim(), (2, 2));
         assert_eq!(

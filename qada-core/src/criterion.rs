@@ -109,6 +109,13 @@ pub trait LocalityCriterion: Send + Sync {
         0
     }
 
+    /// Bytes one decision reads per KV head beyond the local keys (page bounds, say), for a
+    /// head dimension `d` and a bulk of `bulk_len` keys; they count in the K/V bytes a step
+    /// reads. 0 unless overridden.
+    fn decision_bytes(&self, _d: usize, _bulk_len: usize) -> u64 {
+        0
+    }
+
     /// What the cache must keep about the bulk for this criterion besides its moments (page
     /// bounds, cluster moments); none unless overridden.
     fn bulk_summaries(&self) -> BulkSummaries {
@@ -163,6 +170,9 @@ macro_rules! forward_criterion {
             }
             fn bulk_summaries(&self) -> BulkSummaries {
                 (**self).bulk_summaries()
+            }
+            fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
+                (**self).decision_bytes(d, bulk_len)
             }
             fn tau(&self) -> Option<Tau> {
                 (**self).tau()

@@ -118,6 +118,9 @@ impl<C: LocalityCriterion> LocalityCriterion for Grouped<C> {
     fn bulk_summaries(&self) -> BulkSummaries {
         self.inner.bulk_summaries()
     }
+    fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
+        self.inner.decision_bytes(d, bulk_len)
+    }
     fn tau(&self) -> Option<Tau> {
         self.inner.tau()
     }

@@ -64,7 +64,7 @@ pub mod lse;
 pub mod metrics;
 pub mod query;
 
-pub use accounting::{Accounting, HeadCounts};
+pub use accounting::{Accounting, DecisionCost, HeadCounts};
 pub use adaptive::{attend_layer, LayerKv, LayerScratch};
 pub use attention::KvSegments;
 pub use criteria::{

@@ -5,7 +5,9 @@ mod common;
 use common::{scores_f64, Head};
 use proptest::prelude::*;
 use qada_core::attention::{dense_attention, local_attention};
-use qada_core::{attend_layer, Accounting, Approx, Decision, Dense, LayerScratch, Oracle, Window};
+use qada_core::{
+    attend_layer, Accounting, Approx, Decision, DecisionCost, Dense, LayerScratch, Oracle, Window,
+};
 
 fn close(a: &[f32], b: &[f32], tol: f32) -> Result<(), TestCaseError> {
     for (i, (x, y)) in a.iter().zip(b).enumerate() {
@@ -205,7 +207,16 @@ fn accounting_counts_sparsity_flops_and_bytes() {
     let l = Decision::LOCAL;
     let g = Decision::LONG;
     // layer 0: group 0 all local, group 1 one long head. T = 1000, |I| = 100, d = 10.
-    acc.record_layer(0, &[l, l, l, g], 1000, 100, 10, 2, 4.0, 0);
+    acc.record_layer(
+        0,
+        &[l, l, l, g],
+        1000,
+        100,
+        10,
+        2,
+        4.0,
+        DecisionCost::default(),
+    );
     assert_eq!(acc.layer_sparsity(0), 0.75);
     assert_eq!(acc.head(0, 3).decisions, 1);
     assert_eq!(acc.dense_flops, 4.0 * 4.0 * 1000.0 * 10.0);
@@ -214,9 +225,32 @@ fn accounting_counts_sparsity_flops_and_bytes() {
     assert_eq!(acc.dense_kv_bytes, 2.0 * 1000.0 * 2.0 * 10.0 * 4.0);
     assert_eq!(acc.kv_bytes, (100.0 + 1000.0) * 2.0 * 10.0 * 4.0);
     // a step without a bulk counts cost but no decision
-    acc.record_layer(1, &[l, l, l, l], 50, 50, 10, 2, 4.0, 0);
+    acc.record_layer(
+        1,
+        &[l, l, l, l],
+        50,
+        50,
+        10,
+        2,
+        4.0,
+        DecisionCost::default(),
+    );
     assert_eq!(acc.total().decisions, 4);
     assert_eq!(acc.sparsity(), 0.75);
+    // a criterion's own reads (page bounds) count per KV head, only where there is a bulk
+    let before = acc.kv_bytes;
+    let cost = DecisionCost {
+        flops: 0,
+        bytes: 640,
+    };
+    acc.record_layer(0, &[l, l, l, l], 1000, 100, 10, 2, 4.0, cost);
+    assert_eq!(
+        acc.kv_bytes - before,
+        2.0 * (100.0 * 2.0 * 10.0 * 4.0 + 640.0)
+    );
+    let before = acc.kv_bytes;
+    acc.record_layer(1, &[l, l, l, l], 50, 50, 10, 2, 4.0, cost);
+    assert_eq!(acc.kv_bytes - before, 2.0 * 50.0 * 2.0 * 10.0 * 4.0);
 }
 
 /// A bulk of several chunks, so that partial states from parallel tasks are merged.

@@ -1,7 +1,8 @@
 //! Running the model: dense prefill in blocks, then one adaptive decoding step per token.
 
 use qada_core::{
-    attend_layer, Accounting, Decision, Dense, KvSegments, LayerKv, LayerScratch, LocalityCriterion,
+    attend_layer, Accounting, Decision, DecisionCost, Dense, KvSegments, LayerKv, LayerScratch,
+    LocalityCriterion,
 };
 use qada_kv::{
     CacheCheckpoint, CacheShape, HeadView, KvCache, KvDtype, LayerView, MomentsMode, WindowConfig,
@@ -489,7 +490,10 @@ impl Attend for DecodeAttention<'_, '_> {
             return Ok(());
         }
         let split = head0.split();
-        let flops = self.criterion.decision_flops(d, split.bulk_len());
+        let cost = DecisionCost {
+            flops: self.criterion.decision_flops(d, split.bulk_len()),
+            bytes: self.criterion.decision_bytes(d, split.bulk_len()),
+        };
         self.accounting.record_layer(
             l,
             self.decisions,
@@ -498,7 +502,7 @@ impl Attend for DecodeAttention<'_, '_> {
             d,
             c.n_kv_heads,
             head0.keys().value_bytes(),
-            flops,
+            cost,
         );
         if let Some(obs) = self.observer.as_deref_mut() {
             let segs: Vec<KvSegments<'_>> = (0..c.n_kv_heads).map(|g| layer.segments(g)).collect();
