@@ -11,7 +11,7 @@ use statrs::statistics::{Data, OrderStatistics, Statistics};
 
 use crate::attention::{scores, KvSegments};
 use crate::lse::{log_local_share, lse};
-use crate::{CoreError, Result, Tau};
+use crate::{CoreError, HeadInput, LocalityCriterion, Result, Tau};
 
 /// The masses of one query head at one step.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -98,6 +98,56 @@ pub fn probe_layer(
         });
     }
     Ok(out)
+}
+
+/// As [`probe_layer`], with `log_bulk_hat` the bulk mass `criterion` estimates instead of
+/// QAdA's: from the log local share `r` it reports, `ln A_bulk_hat = L + ln(e^-r - 1)` (so the
+/// probe's share is `r` again). A criterion that computes no share (window, static) gives its
+/// label instead: `-inf` (local at every `tau`) or `+inf` (long). The criterion sees what attention
+/// would give it: local scores, moments, bulk keys and the segments' summaries. A criterion
+/// whose estimate depends on `tau` (hybrid) is exact at its own `tau` only.
+pub fn probe_layer_with<C: LocalityCriterion + ?Sized>(
+    layer: usize,
+    queries: &[f32],
+    kv: &[KvSegments<'_>],
+    scale: f32,
+    criterion: &C,
+) -> Result<Vec<HeadProbe>> {
+    let mut probes = probe_layer(layer, queries, kv, scale)?;
+    let d = kv.first().map_or(0, |k| k.dim);
+    let group = queries.len() / d / kv.len();
+    let mut local = Vec::new();
+    for p in &mut probes {
+        let k = &kv[p.head / group];
+        let q = &queries[p.head * d..(p.head + 1) * d];
+        let ns = k.sink_keys.n_rows(d);
+        local.resize(k.local_len(), 0.0);
+        scores(q, k.sink_keys, scale, &mut local[..ns]);
+        scores(q, k.window_keys, scale, &mut local[ns..]);
+        let input = HeadInput {
+            layer,
+            head: p.head,
+            query: q,
+            scale,
+            local_scores: &local,
+            bulk_len: k.bulk_len(),
+            bulk_moments: k.bulk_moments,
+            bulk_keys: k.bulk_keys,
+            bulk_pages: k.bulk_pages,
+            bulk_clusters: k.bulk_clusters,
+        };
+        let decision = criterion.decide(&input)?;
+        p.log_bulk_hat = match decision.log_local_share {
+            Some(r) if r < 0.0 => p.log_local + (-r).exp_m1().ln(),
+            // the whole mass local: no bulk mass at all
+            Some(0.0) => f64::NEG_INFINITY,
+            Some(_) => f64::NAN,
+            // no mass computed (window, static): the label itself, at every tau
+            None if decision.local => f64::NEG_INFINITY,
+            None => f64::INFINITY,
+        };
+    }
+    Ok(probes)
 }
 
 /// Mean, median, quartiles and standard deviation of a sample (NaN for an empty one), by

@@ -1,16 +1,19 @@
-//! `qada analyze`: how good is the QAdA criterion, head by head, against the oracle.
+//! `qada analyze`: how good is a criterion (QAdA by default, any with `--criterion`), head by
+//! head, against the oracle.
 //!
 //! Decodes greedily with dense attention and, at the last prompt position and at every
-//! generated position, probes every layer and query head: exact `log A_bulk`, the Gaussian
-//! `log A_bulk_hat` and `log A_local`. The labels of both criteria at `--tau` follow.
+//! generated position, probes every layer and query head: exact `log A_bulk`, the criterion's
+//! estimate `log A_bulk_hat` (QAdA's Gaussian one by default) and `log A_local`. The labels of
+//! both at `--tau` follow.
 
 use std::path::PathBuf;
 
-use qada_core::analysis::{probe_layer, HeadProbe, Report, Summary};
-use qada_core::{Decision, Dense, KvSegments, Tau};
+use qada_core::analysis::{probe_layer, probe_layer_with, HeadProbe, Report, Summary};
+use qada_core::{Decision, HeadInput, KvSegments, LocalityCriterion, Result as CoreResult, Tau};
 use qada_model::{
     Result as ModelResult, Sampler, SamplingParams, Session, SessionOptions, StepObserver,
 };
+use qada_stats::BulkSummaries;
 use serde_json::{json, Value};
 
 use crate::common::{
@@ -37,10 +40,28 @@ pub struct Args {
     plot: Option<PathBuf>,
 }
 
-/// Collects the probes of every layer at every observed step.
+/// Collects the probes of every layer at every observed step: QAdA's estimate, or that of
+/// `estimator` when given.
 #[derive(Default)]
 pub struct Prober {
     pub probes: Vec<HeadProbe>,
+    pub estimator: Option<Box<dyn LocalityCriterion>>,
+}
+
+/// Dense attention that has the cache keep the bulk summaries another criterion reads, so
+/// that criterion can be probed while decoding stays dense.
+struct DenseKeeping(BulkSummaries);
+
+impl LocalityCriterion for DenseKeeping {
+    fn decide(&self, _input: &HeadInput<'_>) -> CoreResult<Decision> {
+        Ok(Decision::LONG)
+    }
+    fn name(&self) -> &str {
+        "dense"
+    }
+    fn bulk_summaries(&self) -> BulkSummaries {
+        self.0
+    }
 }
 
 impl StepObserver for Prober {
@@ -52,7 +73,12 @@ impl StepObserver for Prober {
         scale: f32,
         _d: &[Decision],
     ) -> ModelResult<()> {
-        self.probes.extend(probe_layer(layer, q, kv, scale)?);
+        match &self.estimator {
+            None => self.probes.extend(probe_layer(layer, q, kv, scale)?),
+            Some(c) => self
+                .probes
+                .extend(probe_layer_with(layer, q, kv, scale, c.as_ref())?),
+        }
         Ok(())
     }
 }
@@ -114,10 +140,19 @@ pub fn run(a: Args) -> CliResult<()> {
             window.local()
         ));
     }
+    // approx keeps the Gaussian probe (cheaper, and tau-free); any other criterion is asked
+    let estimator = match a.criterion.criterion.as_str() {
+        "approx" => None,
+        _ => Some(a.criterion.criterion(&model)?),
+    };
+    let name = a.criterion.criterion.clone();
+    let summaries = estimator
+        .as_ref()
+        .map_or(BulkSummaries::default(), |c| c.bulk_summaries());
     let mut session = Session::new(
         &model,
         SessionOptions {
-            criterion: Box::new(Dense),
+            criterion: Box::new(DenseKeeping(summaries)),
             window,
             moments: a.criterion.moments(&model)?,
             capacity: None,
@@ -128,7 +163,10 @@ pub fn run(a: Args) -> CliResult<()> {
     let pb = progress_bar(head.len() as u64, "prefill");
     session.prefill(head, &mut |done, _| pb.set_position(done as u64))?;
     pb.finish_and_clear();
-    let mut prober = Prober::default();
+    let mut prober = Prober {
+        probes: Vec::new(),
+        estimator,
+    };
     let mut sampler = Sampler::new(SamplingParams::default())?;
     let mut next = last[0];
     let mut generated = Vec::new();
@@ -139,6 +177,10 @@ pub fn run(a: Args) -> CliResult<()> {
     }
     generated.pop();
     let r = Report::new(&prober.probes, tau, c.n_layers, c.n_heads);
+    let label = match name.as_str() {
+        "approx" => "approx (QAdA)".to_string(),
+        n => n.to_string(),
+    };
     if let Some(path) = &a.plot {
         plot::heatmaps(
             path,
@@ -149,7 +191,7 @@ pub fn run(a: Args) -> CliResult<()> {
             ),
             [
                 ("oracle", &r.per_head_frac_long_oracle),
-                ("approx (QAdA)", &r.per_head_frac_long_approx),
+                (label.as_str(), &r.per_head_frac_long_approx),
             ],
             c.n_layers,
             c.n_heads,
@@ -160,6 +202,7 @@ pub fn run(a: Args) -> CliResult<()> {
         v["prompt_tokens"] = json!(tokens.len());
         v["steps"] = json!(a.steps);
         v["moments"] = json!(a.criterion.moments);
+        v["criterion"] = json!(name);
         v["generated_ids"] = json!(generated);
         println!("{v}");
         return Ok(());
@@ -171,6 +214,7 @@ pub fn run(a: Args) -> CliResult<()> {
         a.steps + 1,
         r.count
     );
+    println!("criterion {name} against the oracle (the approx columns below are {name}'s)");
     println!(
         "tau {}, moments {}, sink {}, local {}",
         r.tau,
