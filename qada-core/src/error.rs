@@ -10,6 +10,17 @@ pub enum CoreError {
     #[error("alpha must be in [0, 1], got {0}")]
     InvalidAlpha(f64),
 
+    /// A criterion's parameter (page size, cluster count, margin) out of its range.
+    #[error("{what} must be {expected}, got {found}")]
+    InvalidParameter {
+        /// The parameter, with its criterion.
+        what: &'static str,
+        /// What it must be.
+        expected: &'static str,
+        /// The value given.
+        found: f64,
+    },
+
     /// Slices whose lengths must agree do not.
     #[error("dimension mismatch in {what}: expected {expected}, found {found}")]
     DimensionMismatch {
@@ -45,6 +56,21 @@ pub enum CoreError {
         found: String,
         /// The names accepted.
         expected: &'static str,
+    },
+
+    /// A criterion reads a summary of the bulk (page bounds, cluster moments) that its input
+    /// does not carry.
+    #[error(
+        "the {criterion} criterion needs the bulk's {summary}, but the input has none: keep them \
+         in the cache with `KvCache::set_bulk_summaries(criterion.bulk_summaries())`, or decide \
+         from arrays with `PreparedQuery::decide` / `decide_query` and the bulk keys \
+         (`Bulk::Keys` or `Bulk::KeysAndMoments`), which build them"
+    )]
+    MissingBulkSummary {
+        /// The criterion that asked (`bound`, `mixture`, `hybrid`).
+        criterion: &'static str,
+        /// What it needs: `page bounds` or `cluster moments`.
+        summary: &'static str,
     },
 
     /// Reading or checking a moment or criterion file failed.

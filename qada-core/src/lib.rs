@@ -4,7 +4,11 @@
 //! - [`LocalityCriterion`]: one required method, [`LocalityCriterion::decide`], from a small
 //!   [`HeadInput`]. Implementations, each in its own module: [`Oracle`] (exact, needs every
 //!   score), [`Approx`] (QAdA, Gaussian model of the bulk keys), [`Static`] (fixed label per
-//!   head), [`Dense`] (never local) and [`Window`] (always local, StreamingLLM).
+//!   head), [`Dense`] (never local) and [`Window`] (always local, StreamingLLM); and three
+//!   that read summaries of the bulk the cache keeps when they ask
+//!   ([`LocalityCriterion::bulk_summaries`]): [`Bound`] (an upper bound of the bulk mass from
+//!   page bounds: never local where the oracle says long), [`Mixture`] (QAdA over `k` key
+//!   clusters) and [`Hybrid`] (QAdA, its close local calls checked by the bound).
 //! - [`attention`]: dense, local and merged softmax attention over borrowed key/value slices.
 //! - [`adaptive`]: one decoding step of a whole layer: local scores once, decide, then local or
 //!   dense attention per head, reusing the local scores.
@@ -69,7 +73,10 @@ pub use adaptive::{attend_layer, LayerKv, LayerScratch};
 pub use attention::KvSegments;
 pub use criteria::{
     approx::Approx,
+    bound::Bound,
     dense::Dense,
+    hybrid::Hybrid,
+    mixture::Mixture,
     oracle::Oracle,
     static_heads::{Static, StaticCalibrator, StaticTable},
     window::Window,
@@ -84,6 +91,9 @@ const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<Oracle>();
     send_sync::<Approx>();
+    send_sync::<Bound>();
+    send_sync::<Mixture>();
+    send_sync::<Hybrid>();
     send_sync::<Static>();
     send_sync::<StaticTable>();
     send_sync::<Dense>();

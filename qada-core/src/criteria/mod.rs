@@ -1,7 +1,10 @@
 //! The criteria, one module each.
 
 pub mod approx;
+pub mod bound;
 pub mod dense;
+pub mod hybrid;
+pub mod mixture;
 pub mod oracle;
 pub mod static_heads;
 pub mod window;

@@ -1,0 +1,111 @@
+//! Mixture: QAdA with the bulk keys in `k` clusters, one Gaussian each.
+//!
+//! The bulk keys in clusters `c` of `n_c` keys with moments `(mu_c, Sigma_c)` (k-means on the
+//! prefill bulk, then each key that leaves the window joins its nearest cluster:
+//! [`ClusterMoments`](qada_stats::ClusterMoments)). Each cluster's Gaussian score model (paper
+//! eq. 6) gives `mu_{s,c} = scale q . mu_c` and `sigma_{s,c}^2 = scale^2 q Sigma_c q^T`, and
+//!
+//! `ln A_bulk_hat = lse_c(ln n_c' + mu_{s,c} + sigma_{s,c}^2 / 2)`,
+//!
+//! with `n_c' = n_c T_bulk / sum_c n_c` (the counts scaled to the bulk). Local iff
+//! `lse(s_I) - lse(lse(s_I), ln A_bulk_hat) >= ln tau`. With `k = 1` it is QAdA. Cost
+//! `O(k d^2)`.
+
+use qada_stats::{BulkSummaries, GaussianScore};
+
+use crate::criterion::decide_adaptive;
+use crate::lse::lse2;
+use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
+
+/// Clusters: four Gaussians cost what one does at `d / 2` and follow a bulk that drifts
+/// through a few topics of a long prompt; k-means on the prefill bulk stays cheap
+/// (`O(T k d)` per iteration).
+pub const DEFAULT_CLUSTERS: usize = 4;
+
+/// The mixture-of-Gaussians criterion.
+#[derive(Clone, Copy, Debug)]
+pub struct Mixture {
+    tau: Tau,
+    k: usize,
+}
+
+impl Mixture {
+    /// The mixture at threshold `tau` with at most `k` clusters (at least 1).
+    pub fn new(tau: f64, k: usize) -> Result<Self> {
+        if k == 0 {
+            return Err(CoreError::InvalidParameter {
+                what: "the mixture criterion's cluster count",
+                expected: "at least 1",
+                found: 0.0,
+            });
+        }
+        Ok(Mixture {
+            tau: Tau::new(tau)?,
+            k,
+        })
+    }
+    /// The threshold.
+    pub fn tau(&self) -> Tau {
+        self.tau
+    }
+    /// Clusters asked for.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// `ln A_bulk_hat = lse_c(ln n_c' + mu_{s,c} + sigma_{s,c}^2 / 2)` from
+    /// `input.bulk_clusters`; NaN when the clusters hold no key (as QAdA without moments).
+    ///
+    /// # Errors
+    /// [`CoreError::MissingBulkSummary`] without cluster moments;
+    /// [`CoreError::DimensionMismatch`] when their keys have another length than the query.
+    pub fn log_bulk_mass(input: &HeadInput<'_>) -> Result<f64> {
+        let clusters = input.bulk_clusters.ok_or(CoreError::MissingBulkSummary {
+            criterion: "mixture",
+            summary: "cluster moments",
+        })?;
+        if clusters.dim() != input.query.len() {
+            return Err(CoreError::DimensionMismatch {
+                what: "cluster moments: key length vs query length",
+                expected: input.query.len(),
+                found: clusters.dim(),
+            });
+        }
+        let total = clusters.count();
+        if total == 0 {
+            return Ok(f64::NAN);
+        }
+        // ln(T_bulk / sum_c n_c): 0 when the clusters hold the bulk, as in a cache
+        let rescale = if total == input.bulk_len as u64 {
+            0.0
+        } else {
+            (input.bulk_len as f64).ln() - (total as f64).ln()
+        };
+        let mut log_mass = f64::NEG_INFINITY;
+        for c in clusters.clusters() {
+            let g = GaussianScore::new(input.query, c, input.scale as f64)?;
+            let n = usize::try_from(c.count()).unwrap_or(usize::MAX);
+            log_mass = lse2(log_mass, g.log_bulk_mass(n) + rescale);
+        }
+        Ok(log_mass)
+    }
+}
+
+impl LocalityCriterion for Mixture {
+    fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
+        decide_adaptive(self.tau, input, Self::log_bulk_mass)
+    }
+    fn name(&self) -> &str {
+        "mixture"
+    }
+    fn decision_flops(&self, d: usize, _bulk_len: usize) -> u64 {
+        // QAdA's d^2 + 4d per cluster
+        (self.k * (d * d + 4 * d)) as u64
+    }
+    fn bulk_summaries(&self) -> BulkSummaries {
+        BulkSummaries {
+            page: None,
+            clusters: Some(self.k),
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Properties of the bulk summaries: `PageBounds` bounds every key's score by its page's
+//! bound (and so the bulk mass), `ClusterMoments` keeps every key once, deterministically,
+//! and with one cluster is `KeyMoments`.
+
+use proptest::prelude::*;
+use qada_stats::{f16, ClusterMoments, KeyMoments, PageBounds, Rows};
+
+/// `n` keys of length `d` at a scale from 1e-4 to 1e4, and a query.
+fn keys_and_query() -> impl Strategy<Value = (usize, Vec<f32>, Vec<f32>)> {
+    (1usize..12, 0usize..300, -4i32..=4, -4i32..=4).prop_flat_map(|(d, n, ke, qe)| {
+        let (ks, qs) = (10f32.powi(ke), 10f32.powi(qe));
+        (
+            Just(d),
+            prop::collection::vec(-1.0f32..1.0, n * d)
+                .prop_map(move |k| -> Vec<f32> { k.iter().map(|x| x * ks).collect() }),
+            prop::collection::vec(-1.0f32..1.0, d)
+                .prop_map(move |q| -> Vec<f32> { q.iter().map(|x| x * qs).collect() }),
+        )
+    })
+}
+
+fn dot(q: &[f32], k: &[f32]) -> f64 {
+    q.iter().zip(k).map(|(&a, &b)| a as f64 * b as f64).sum()
+}
+
+proptest! {
+    #[test]
+    fn every_key_scores_below_its_page_bound((d, keys, q) in keys_and_query(), page in 1usize..40, scale in 0.01f64..2.0) {
+        let mut b = PageBounds::new(d, page).unwrap();
+        b.push_rows_of(Rows::F32(&keys)).unwrap();
+        let n = keys.len() / d;
+        prop_assert_eq!((b.n_rows(), b.n_pages()), (n, n.div_ceil(page)));
+        prop_assert_eq!((0..b.n_pages()).map(|p| b.page_len(p)).sum::<usize>(), n);
+        let mut log_mass = f64::NEG_INFINITY;
+        for (i, k) in keys.chunks_exact(d).enumerate() {
+            let p = i / page;
+            // the page's bounds hold the key coordinate by coordinate
+            for ((&x, &lo), &hi) in k.iter().zip(b.page_min(p)).zip(b.page_max(p)) {
+                prop_assert!(lo <= x && x <= hi);
+            }
+            let s = scale * dot(&q, k);
+            let u = b.score_upper_bound(p, &q, scale);
+            // exact in f64 but for the sums' rounding, relative to sum |q_j k_j|
+            let slack = 1e-12 * scale * q.iter().zip(k).map(|(&a, &c)| (a as f64 * c as f64).abs()).sum::<f64>();
+            prop_assert!(s <= u + slack, "key {i}: score {s} above its page bound {u}");
+            log_mass = if log_mass > s { log_mass + (s - log_mass).exp().ln_1p() } else { s + (log_mass - s).exp().ln_1p() };
+        }
+        let ub = b.log_mass_upper_bound(&q, scale).unwrap();
+        if n == 0 {
+            prop_assert_eq!(ub, f64::NEG_INFINITY);
+        } else {
+            prop_assert!(log_mass <= ub + 1e-9 * (1.0 + ub.abs()), "ln A_bulk {log_mass} above the bound {ub}");
+        }
+    }
+
+    /// One key at a time, or all rows at once, or as f16 rows converted as attention reads
+    /// them: the same bounds.
+    #[test]
+    fn pushing_rows_one_by_one_or_at_once_is_the_same((d, keys, _q) in keys_and_query(), page in 1usize..20) {
+        let mut one = PageBounds::new(d, page).unwrap();
+        for k in keys.chunks_exact(d) {
+            one.push(k).unwrap();
+        }
+        let mut all = PageBounds::new(d, page).unwrap();
+        all.push_rows_of(Rows::F32(&keys)).unwrap();
+        prop_assert_eq!(&one, &all);
+        let halves: Vec<f16> = keys.iter().map(|&k| f16::from_f32(k)).collect();
+        let mut from_f16 = PageBounds::new(d, page).unwrap();
+        from_f16.push_rows_of(Rows::F16(&halves)).unwrap();
+        let widened: Vec<f32> = halves.iter().map(|h| h.to_f32()).collect();
+        let mut direct = PageBounds::new(d, page).unwrap();
+        direct.push_rows_of(Rows::F32(&widened)).unwrap();
+        prop_assert_eq!(from_f16, direct);
+    }
+
+    /// k-means, then pushes: every key counted once, at most `k` clusters, and the same keys
+    /// give the same clusters.
+    #[test]
+    fn clusters_count_every_key_once_and_are_deterministic(
+        (d, keys, _q) in keys_and_query(), k in 1usize..7, fitted in 0usize..300,
+    ) {
+        let n = keys.len() / d;
+        let split = fitted.min(n) * d;
+        let mut c = ClusterMoments::new(d, k).unwrap();
+        c.fit(Rows::F32(&keys[..split])).unwrap();
+        prop_assert_eq!(c.count() as usize, split / d);
+        prop_assert!(c.clusters().len() <= k.min(split / d));
+        prop_assert!(c.clusters().iter().all(|m| m.count() > 0));
+        c.push_rows_of(Rows::F32(&keys[split..])).unwrap();
+        prop_assert_eq!(c.count() as usize, n);
+        prop_assert!(c.clusters().len() <= k.max(1));
+        let mut again = ClusterMoments::new(d, k).unwrap();
+        again.fit(Rows::F32(&keys[..split])).unwrap();
+        again.push_rows_of(Rows::F32(&keys[split..])).unwrap();
+        prop_assert_eq!(&c, &again);
+        // the moments of the clusters merged are those of every key
+        if n > 0 {
+            let mut merged = KeyMoments::new(d);
+            for m in c.clusters() {
+                merged.merge(m).unwrap();
+            }
+            close(&merged, &KeyMoments::from_rows(d, &keys).unwrap())?;
+        }
+    }
+
+    /// With one cluster, fitting and pushing give the moments of every key.
+    #[test]
+    fn one_cluster_is_key_moments((d, keys, _q) in keys_and_query(), fitted in 0usize..300) {
+        let n = keys.len() / d;
+        prop_assume!(n > 0);
+        let split = fitted.min(n) * d;
+        let mut c = ClusterMoments::new(d, 1).unwrap();
+        c.fit(Rows::F32(&keys[..split])).unwrap();
+        c.push_rows_of(Rows::F32(&keys[split..])).unwrap();
+        prop_assert_eq!(c.clusters().len(), 1);
+        close(&c.clusters()[0], &KeyMoments::from_rows(d, &keys).unwrap())?;
+    }
+}
+
+fn close(a: &KeyMoments, b: &KeyMoments) -> Result<(), TestCaseError> {
+    prop_assert_eq!(a.count(), b.count());
+    let scale = b.mean().iter().fold(0.0f64, |m, x| m.max(x.abs()))
+        + b.covariance()
+            .iter()
+            .fold(0.0f64, |m, x| m.max(x.abs()))
+            .sqrt();
+    for (x, y) in a.mean().iter().zip(b.mean()) {
+        prop_assert!((x - y).abs() <= 1e-9 * (1.0 + scale), "mean {x} vs {y}");
+    }
+    for (x, y) in a.covariance().iter().zip(b.covariance()) {
+        prop_assert!(
+            (x - y).abs() <= 1e-9 * (1.0 + scale * scale),
+            "cov {x} vs {y}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn two_separated_blobs_are_two_clusters_whatever_the_order() {
+    let d = 3;
+    let mut keys = Vec::new();
+    for i in 0..60 {
+        let far = (i * 7) % 3 == 0; // interleaved, a third far away
+        let c = if far { 10.0 } else { -10.0 };
+        keys.extend((0..d).map(|j| c + ((i * 13 + j * 5) % 11) as f32 * 0.01));
+    }
+    let mut c = ClusterMoments::new(d, 2).unwrap();
+    c.fit(Rows::F32(&keys)).unwrap();
+    let mut counts: Vec<u64> = c.clusters().iter().map(KeyMoments::count).collect();
+    counts.sort();
+    assert_eq!(counts, vec![20, 40]);
+}
