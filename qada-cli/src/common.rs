@@ -8,7 +8,8 @@ use std::sync::Arc;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qada_core::{
-    Approx, Dense, GroupMode, Grouped, LocalityCriterion, Oracle, Static, StaticTable, Window,
+    Approx, Bound, Dense, GroupMode, Grouped, Hybrid, LocalityCriterion, Mixture, Oracle, Static,
+    StaticTable, Window,
 };
 use qada_kv::{KvDtype, MomentsMode, WindowConfig};
 use qada_model::qlinear::ActPrecision;
@@ -246,12 +247,25 @@ pub fn warn_unrepresentable(tok: &qada_model::Tokenizer, text: &str) {
 /// Which criterion decides, and its window and moments.
 #[derive(Args, Clone, Debug)]
 pub struct CriterionArgs {
-    /// dense | window | oracle | static | approx
+    /// dense | window | oracle | static | approx (QAdA) | bound (local only when an upper
+    /// bound of the bulk mass from page minima and maxima says so: never local where the
+    /// oracle says long) | mixture (QAdA with the bulk in k-means clusters) | hybrid (QAdA,
+    /// its close local calls checked by the bound)
     #[arg(long, default_value = "approx")]
     pub criterion: String,
     /// Threshold on the local share of the softmax mass, in (0, 1).
     #[arg(long, default_value_t = 0.6)]
     pub tau: f64,
+    /// bound and hybrid: bulk keys per page.
+    #[arg(long, default_value_t = 32)]
+    pub page: usize,
+    /// mixture: clusters of the bulk keys (k-means at the end of prefill).
+    #[arg(long, default_value_t = 4)]
+    pub clusters: usize,
+    /// hybrid: QAdA alone decides a local head whose label holds with its bulk mass raised
+    /// by this many nats; closer calls go to the bound.
+    #[arg(long, default_value_t = 1.0)]
+    pub margin: f64,
     /// Decisions per GQA group: head (each query head alone, the paper), all (a group is
     /// local only when every head of it is: the bulk is read for all or none) or mass (one
     /// decision from the group's summed local and bulk masses).
@@ -314,6 +328,9 @@ impl CriterionArgs {
             "window" => Box::new(Window),
             "oracle" => Box::new(Oracle::new(self.tau)?),
             "approx" => Box::new(Approx::new(self.tau)?),
+            "bound" => Box::new(Bound::new(self.tau, self.page)?),
+            "mixture" => Box::new(Mixture::new(self.tau, self.clusters)?),
+            "hybrid" => Box::new(Hybrid::new(self.tau, self.margin, self.page)?),
             "static" => {
                 let path = match &self.static_table {
                     Some(p) => p,
@@ -333,7 +350,8 @@ impl CriterionArgs {
             }
             other => {
                 return fail(format!(
-                    "unknown criterion {other:?}: use dense, window, oracle, static or approx"
+                    "unknown criterion {other:?}: use dense, window, oracle, static, approx, \
+                     bound, mixture or hybrid"
                 ))
             }
         })

@@ -146,6 +146,9 @@ impl LocalityCriterion for Bound {
     fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
         decide_adaptive(self.tau, input, Self::log_bulk_mass)
     }
+    fn tau(&self) -> Option<Tau> {
+        Some(self.tau)
+    }
     fn name(&self) -> &str {
         "bound"
     }
@@ -153,6 +156,10 @@ impl LocalityCriterion for Bound {
         // per page and coordinate: two products, a maximum and a sum (plus the slack's
         // magnitude from the same products)
         (4 * d * bulk_len.div_ceil(self.page)) as u64
+    }
+    /// The page bounds of the bulk: a minimum and a maximum (f32) per page and coordinate.
+    fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
+        (2 * 4 * d * bulk_len.div_ceil(self.page)) as u64
     }
     fn bulk_summaries(&self) -> BulkSummaries {
         BulkSummaries {

@@ -82,12 +82,19 @@ impl LocalityCriterion for Hybrid {
         }
         self.bound.decide(input)
     }
+    fn tau(&self) -> Option<Tau> {
+        Some(self.tau)
+    }
     fn name(&self) -> &str {
         "hybrid"
     }
     /// QAdA's cost plus the bound's, which is paid only for the close calls: an upper bound.
     fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
         (d * d + 4 * d) as u64 + self.bound.decision_flops(d, bulk_len)
+    }
+    /// The bound's page bounds, read only for the close calls: an upper bound.
+    fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
+        self.bound.decision_bytes(d, bulk_len)
     }
     fn bulk_summaries(&self) -> BulkSummaries {
         self.bound.bulk_summaries()

@@ -95,6 +95,9 @@ impl LocalityCriterion for Mixture {
     fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
         decide_adaptive(self.tau, input, Self::log_bulk_mass)
     }
+    fn tau(&self) -> Option<Tau> {
+        Some(self.tau)
+    }
     fn name(&self) -> &str {
         "mixture"
     }

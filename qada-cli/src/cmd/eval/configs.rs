@@ -4,8 +4,10 @@
 
 use std::sync::Arc;
 
+use qada_core::criteria::{bound::DEFAULT_PAGE, hybrid::DEFAULT_MARGIN, mixture::DEFAULT_CLUSTERS};
 use qada_core::{
-    Approx, Dense, GroupMode, Grouped, LocalityCriterion, Oracle, Static, StaticTable, Window,
+    Approx, Bound, Dense, GroupMode, Grouped, Hybrid, LocalityCriterion, Mixture, Oracle, Static,
+    StaticTable, Window,
 };
 use qada_kv::MomentsMode;
 use qada_model::{Session, SessionCheckpoint};
@@ -21,6 +23,9 @@ pub const METHODS: &[&str] = &[
     "approx-current",
     "approx-calibration",
     "static",
+    "bound",
+    "mixture",
+    "hybrid",
 ];
 
 /// One point of a sweep.
@@ -76,6 +81,27 @@ pub fn configs(
                 for &t in taus {
                     let calibrated = m == "approx-calibration";
                     base.push((m, Arc::new(Approx::new(t)?), Some(t), calibrated));
+                }
+            }
+            "bound" => {
+                for &t in taus {
+                    base.push((m, Arc::new(Bound::new(t, DEFAULT_PAGE)?), Some(t), false));
+                }
+            }
+            "mixture" => {
+                for &t in taus {
+                    base.push((
+                        m,
+                        Arc::new(Mixture::new(t, DEFAULT_CLUSTERS)?),
+                        Some(t),
+                        false,
+                    ));
+                }
+            }
+            "hybrid" => {
+                for &t in taus {
+                    let h = Hybrid::new(t, DEFAULT_MARGIN, DEFAULT_PAGE)?;
+                    base.push((m, Arc::new(h), Some(t), false));
                 }
             }
             "static" => {

@@ -63,7 +63,8 @@ pub struct Args {
     #[arg(long)]
     quick: bool,
     /// Methods, comma-separated, among dense, window, oracle, approx-current,
-    /// approx-calibration, static (dense always runs).
+    /// approx-calibration, static, bound, mixture and hybrid (dense always runs; the last
+    /// three over --taus with their default page of 32 keys, 4 clusters and margin of 1 nat).
     #[arg(
         long,
         default_value = "dense,window,oracle,approx-current,approx-calibration,static"
