@@ -16,6 +16,8 @@ use qada_model::qlinear::ActPrecision;
 use qada_model::{LoadOptions, Model, WeightFormat};
 use qada_stats::{MomentTable, DEFAULT_TABLE_OFFSET};
 
+use crate::setting::{ModelId, Setting};
+
 /// The CLI's error: a message for the user.
 pub type CliResult<T> = Result<T, Box<dyn Error>>;
 
@@ -250,12 +252,18 @@ pub struct CriterionArgs {
     /// dense | window | oracle | static | approx (QAdA) | bound (local only when an upper
     /// bound of the bulk mass from page minima and maxima says so: never local where the
     /// oracle says long) | mixture (QAdA with the bulk in k-means clusters) | hybrid (QAdA,
-    /// its close local calls checked by the bound)
-    #[arg(long, default_value = "approx")]
-    pub criterion: String,
-    /// Threshold on the local share of the softmax mass, in (0, 1).
-    #[arg(long, default_value_t = 0.6)]
-    pub tau: f64,
+    /// its close local calls checked by the bound). Default: for generate, the setting
+    /// shipped for the model (see --setting); for bench and analyze, approx.
+    #[arg(long, conflicts_with = "setting")]
+    pub criterion: Option<String>,
+    /// A setting from `qada calibrate tau` (a JSON file), or `shipped`: the one calibrated
+    /// for this model and built in (dense where no criterion kept quality within 0.02). It
+    /// fixes criterion, tau, group, page, clusters, margin, sink and local.
+    #[arg(long)]
+    pub setting: Option<String>,
+    /// Threshold on the local share of the softmax mass, in (0, 1) (default 0.6).
+    #[arg(long)]
+    pub tau: Option<f64>,
     /// bound and hybrid: bulk keys per page.
     #[arg(long, default_value_t = 32)]
     pub page: usize,
@@ -271,12 +279,12 @@ pub struct CriterionArgs {
     /// decision from the group's summed local and bulk masses).
     #[arg(long, default_value = "head")]
     pub group: String,
-    /// Attention sink size T_sink.
-    #[arg(long, default_value_t = 16)]
-    pub sink: usize,
-    /// Local window size T_local (sink included).
-    #[arg(long, default_value_t = 128)]
-    pub local: usize,
+    /// Attention sink size T_sink (default 16).
+    #[arg(long)]
+    pub sink: Option<usize>,
+    /// Local window size T_local, sink included (default 128).
+    #[arg(long)]
+    pub local: Option<usize>,
     /// Bulk moments: current (kept up to date), frozen (after prefill) or calibration:PATH.
     #[arg(long, default_value = "current")]
     pub moments: String,
@@ -310,7 +318,108 @@ pub fn parse_kv(kv: &str) -> CliResult<KvDtype> {
     }
 }
 
+/// What a command decides with when neither `--criterion` nor `--setting` is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback {
+    /// The setting shipped for the model, else dense (`generate`: quality first).
+    Shipped,
+    /// QAdA at tau 0.6, the paper's criterion (`bench`, `analyze`: measurement tools).
+    Approx,
+}
+
+/// The threshold when `--tau` is not given.
+pub const DEFAULT_TAU: f64 = 0.6;
+
 impl CriterionArgs {
+    /// The criterion's name (after [`CriterionArgs::resolve`]; `approx` before).
+    pub fn name(&self) -> &str {
+        self.criterion.as_deref().unwrap_or("approx")
+    }
+
+    /// The threshold tau.
+    pub fn tau(&self) -> f64 {
+        self.tau.unwrap_or(DEFAULT_TAU)
+    }
+
+    /// The sink size T_sink.
+    pub fn sink(&self) -> usize {
+        self.sink.unwrap_or(16)
+    }
+
+    /// The local window size T_local.
+    pub fn local(&self) -> usize {
+        self.local.unwrap_or(128)
+    }
+
+    /// True when a flag a setting fixes was given (then no setting is applied silently).
+    fn tuned(&self) -> bool {
+        self.tau.is_some() || self.group != "head" || self.sink.is_some() || self.local.is_some()
+    }
+
+    /// Take the criterion and its parameters from `--setting`, or from `fallback` when no
+    /// `--criterion` is given; a line saying which setting is used and why, for the user.
+    pub fn resolve(&mut self, model: &Model, fallback: Fallback) -> CliResult<Option<String>> {
+        let explicit = self.setting.clone();
+        let (setting, source) = match explicit.as_deref() {
+            Some("shipped") => match Setting::shipped(model)? {
+                Some((name, s)) => (s, format!("shipped for {name}")),
+                None => {
+                    return fail(format!(
+                        "--setting shipped: no setting ships for this model ({:?}); make one \
+                         with `qada calibrate tau --budget 0.02 --out setting.json` and pass \
+                         --setting setting.json",
+                        ModelId::of(model)
+                    ))
+                }
+            },
+            Some(path) => (Setting::load(Path::new(path), model)?, path.to_string()),
+            None if self.criterion.is_some() => return Ok(None),
+            None if fallback == Fallback::Approx => {
+                self.criterion = Some("approx".into());
+                return Ok(None);
+            }
+            None if self.tuned() => {
+                self.criterion = Some("approx".into());
+                return Ok(Some(
+                    "setting: approx, the paper's criterion (--tau, --group, --sink or --local \
+                     without --criterion), not a calibrated one"
+                        .into(),
+                ));
+            }
+            None => match Setting::shipped(model)? {
+                Some((name, s)) => (s, format!("the default, shipped for {name}")),
+                None => {
+                    self.criterion = Some("dense".into());
+                    return Ok(Some(
+                        "setting: dense (no calibrated setting ships for this model; `qada \
+                         calibrate tau --budget 0.02 --out S.json` makes one, --setting S.json \
+                         uses it, --criterion chooses one yourself)"
+                            .into(),
+                    ));
+                }
+            },
+        };
+        if self.tuned() {
+            return fail(
+                "--tau, --group, --sink and --local come from the setting: leave them out, or \
+                 use --criterion instead of --setting",
+            );
+        }
+        self.criterion = Some(setting.criterion.clone());
+        self.tau = setting.tau;
+        self.group = setting.group.clone();
+        self.page = setting.page;
+        self.clusters = setting.clusters;
+        self.margin = setting.margin;
+        self.sink = Some(setting.sink);
+        self.local = Some(setting.local);
+        Ok(Some(format!(
+            "setting: {} ({source}): {}; --criterion chooses another",
+            setting.describe(),
+            setting.why()
+        )))
+    }
+
     /// The criterion, deciding per group as `--group` says.
     pub fn criterion(&self, model: &Model) -> CliResult<Box<dyn LocalityCriterion>> {
         let mode: GroupMode = self.group.parse().map_err(|e| format!("--group: {e}"))?;
@@ -323,14 +432,15 @@ impl CriterionArgs {
 
     /// The criterion each head runs.
     fn head_criterion(&self, model: &Model) -> CliResult<Box<dyn LocalityCriterion>> {
-        Ok(match self.criterion.as_str() {
+        let tau = self.tau();
+        Ok(match self.name() {
             "dense" => Box::new(Dense),
             "window" => Box::new(Window),
-            "oracle" => Box::new(Oracle::new(self.tau)?),
-            "approx" => Box::new(Approx::new(self.tau)?),
-            "bound" => Box::new(Bound::new(self.tau, self.page)?),
-            "mixture" => Box::new(Mixture::new(self.tau, self.clusters)?),
-            "hybrid" => Box::new(Hybrid::new(self.tau, self.margin, self.page)?),
+            "oracle" => Box::new(Oracle::new(tau)?),
+            "approx" => Box::new(Approx::new(tau)?),
+            "bound" => Box::new(Bound::new(tau, self.page)?),
+            "mixture" => Box::new(Mixture::new(tau, self.clusters)?),
+            "hybrid" => Box::new(Hybrid::new(tau, self.margin, self.page)?),
             "static" => {
                 let path = match &self.static_table {
                     Some(p) => p,
@@ -364,7 +474,7 @@ impl CriterionArgs {
 
     /// Sink and window sizes.
     pub fn window(&self) -> CliResult<WindowConfig> {
-        Ok(WindowConfig::new(self.sink, self.local)?)
+        Ok(WindowConfig::new(self.sink(), self.local())?)
     }
 
     /// Where the bulk moments come from.
@@ -392,20 +502,21 @@ impl CriterionArgs {
 
     /// A one-line description for reports.
     pub fn describe(&self) -> String {
-        match self.criterion.as_str() {
-            "dense" | "window" => format!(
-                "{} (sink {}, local {})",
-                self.criterion, self.sink, self.local
-            ),
+        match self.name() {
+            c @ ("dense" | "window") => {
+                format!("{c} (sink {}, local {})", self.sink(), self.local())
+            }
             "static" => format!(
                 "static (alpha {}, sink {}, local {})",
-                self.alpha, self.sink, self.local
+                self.alpha,
+                self.sink(),
+                self.local()
             ),
             c => format!(
                 "{c} (tau {}, sink {}, local {}, moments {}{})",
-                self.tau,
-                self.sink,
-                self.local,
+                self.tau(),
+                self.sink(),
+                self.local(),
                 self.moments,
                 match self.group.as_str() {
                     "head" => String::new(),

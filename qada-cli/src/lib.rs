@@ -11,6 +11,7 @@ mod cmd;
 mod common;
 mod corpus;
 mod plot;
+mod setting;
 
 use clap::{Parser, Subcommand};
 
@@ -33,7 +34,7 @@ enum Command {
     Inspect(cmd::inspect::Args),
     /// Compare the QAdA criterion with the oracle, head by head, on a prompt.
     Analyze(cmd::analyze::Args),
-    /// Calibrate moment tables (option 2) or static head labels.
+    /// Calibrate moment tables (option 2), static head labels, or a setting (criterion and tau within a quality budget).
     Calibrate(cmd::calibrate::Args),
     /// Sweep criteria and thresholds: quality against sparsity (passkey, fidelity).
     Eval(cmd::eval::Args),

@@ -354,6 +354,7 @@ fn bench_reports_speed_bytes_and_the_oracle_ceiling() {
         "--local",
         "32",
         "--ceiling",
+        "--decision-cost",
         "--pp",
         "64",
         "--json",
@@ -385,4 +386,11 @@ fn bench_reports_speed_bytes_and_the_oracle_ceiling() {
     assert!(
         (c - f("dense_bytes_per_token") / f("oracle_bytes_per_token")).abs() < 1e-9 && c >= 1.0
     );
+    // deciding, then attending densely, reads what dense reads; its cost is a share of a step
+    assert_eq!(
+        f("decide_then_dense_bytes_per_token"),
+        f("dense_bytes_per_token")
+    );
+    assert!(f("decide_then_dense_tokens_per_s") > 0.0);
+    assert!(f("decision_share_of_adaptive_step").is_finite());
 }

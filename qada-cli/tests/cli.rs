@@ -59,10 +59,117 @@ fn generate_streams_text_and_reports_sparsity() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("Paris"), "{out}");
     let e = stderr(&o);
+    // no --criterion: the setting shipped for SmolLM2, named with the reason it was chosen
     assert!(
-        e.contains("prefill") && e.contains("decode") && e.contains("criterion: approx"),
+        e.contains("prefill")
+            && e.contains("decode")
+            && e.contains("setting: ")
+            && e.contains("shipped for smollm2-135m")
+            && e.contains("criterion: "),
         "{e}"
     );
+}
+
+/// `calibrate tau` writes a setting that `generate --setting` runs with; settings are checked
+/// against the model and conflicting flags are refused.
+#[test]
+fn calibrate_tau_writes_a_setting_that_generate_takes() {
+    let m = model();
+    let m = m.to_str().unwrap();
+    let dir = std::env::temp_dir().join(format!("qada-cal-tau-{}", std::process::id()));
+    let out = dir.join("s.json");
+    let (dir_s, out_s) = (dir.to_str().unwrap(), out.to_str().unwrap());
+    let o = qada(&[
+        "calibrate",
+        "tau",
+        "--model",
+        m,
+        "--lengths",
+        "1024",
+        "--samples",
+        "1",
+        "--taus",
+        "0.9",
+        "--methods",
+        "hybrid",
+        "--groups",
+        "head",
+        "--min-saving",
+        "0",
+        "--work-dir",
+        dir_s,
+        "--out",
+        out_s,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let setting: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let criterion = setting["criterion"].as_str().unwrap().to_string();
+    assert!(
+        ["dense", "hybrid"].contains(&criterion.as_str()),
+        "{setting}"
+    );
+    assert_eq!(setting["tried"], 2);
+    let gen = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            m,
+            "-p",
+            "hi",
+            "--max-new-tokens",
+            "2",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        qada(&args)
+    };
+    let o = gen(&["--setting", out_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["criterion"], criterion.as_str(), "{v}");
+    assert!(v["setting"].as_str().unwrap().contains(out_s), "{v}");
+    assert_clean_failure(
+        &gen(&["--setting", out_s, "--tau", "0.5"]),
+        "come from the setting",
+    );
+    // a window of one's own without --criterion: QAdA, and said to be uncalibrated
+    let o = gen(&["--local", "256"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (&v["criterion"], &v["local"]),
+        (&"approx".into(), &256.into())
+    );
+    assert!(
+        v["setting"]
+            .as_str()
+            .unwrap()
+            .contains("not a calibrated one"),
+        "{v}"
+    );
+    assert_clean_failure(
+        &gen(&["--setting", out_s, "--criterion", "approx"]),
+        "cannot be used with",
+    );
+    let mut other = setting.clone();
+    other["model"]["n_layers"] = 7.into();
+    let other_path = dir.join("other.json");
+    std::fs::write(&other_path, other.to_string()).unwrap();
+    assert_clean_failure(
+        &gen(&["--setting", other_path.to_str().unwrap()]),
+        "calibrate this model",
+    );
+    std::fs::write(&other_path, "{}").unwrap();
+    assert_clean_failure(
+        &gen(&["--setting", other_path.to_str().unwrap()]),
+        "not a qada setting file",
+    );
+    assert_clean_failure(
+        &gen(&["--setting", "/nonexistent/s.json"]),
+        "cannot read setting file /nonexistent/s.json",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

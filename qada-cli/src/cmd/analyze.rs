@@ -17,7 +17,7 @@ use qada_stats::BulkSummaries;
 use serde_json::{json, Value};
 
 use crate::common::{
-    fail, load_model, progress_bar, CliResult, CriterionArgs, ModelArgs, PromptArgs,
+    fail, load_model, progress_bar, CliResult, CriterionArgs, Fallback, ModelArgs, PromptArgs,
 };
 use crate::plot;
 
@@ -115,9 +115,12 @@ pub fn report_json(r: &Report) -> Value {
     })
 }
 
-pub fn run(a: Args) -> CliResult<()> {
-    let tau = Tau::new(a.criterion.tau)?;
+pub fn run(mut a: Args) -> CliResult<()> {
     let model = load_model(&a.model)?;
+    if let (Some(why), false) = (a.criterion.resolve(&model, Fallback::Approx)?, a.json) {
+        eprintln!("{why}");
+    }
+    let tau = Tau::new(a.criterion.tau())?;
     let tokens = a.prompt.tokens(&model)?;
     let c = &model.config;
     if tokens.len() < 2 {
@@ -141,11 +144,11 @@ pub fn run(a: Args) -> CliResult<()> {
         ));
     }
     // approx keeps the Gaussian probe (cheaper, and tau-free); any other criterion is asked
-    let estimator = match a.criterion.criterion.as_str() {
+    let estimator = match a.criterion.name() {
         "approx" => None,
         _ => Some(a.criterion.criterion(&model)?),
     };
-    let name = a.criterion.criterion.clone();
+    let name = a.criterion.name().to_string();
     let summaries = estimator
         .as_ref()
         .map_or(BulkSummaries::default(), |c| c.bulk_summaries());

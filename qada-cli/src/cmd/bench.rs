@@ -17,12 +17,15 @@
 
 use std::time::Instant;
 
-use qada_core::{Dense, LocalityCriterion, Oracle};
+use qada_core::{Decision, Dense, HeadInput, LocalityCriterion, Oracle, Tau};
 use qada_kv::MomentsMode;
 use qada_model::{Sampler, SamplingParams, Session, SessionCheckpoint, SessionOptions};
+use qada_stats::BulkSummaries;
 use serde_json::json;
 
-use crate::common::{fail, load_model, progress_bar, CliResult, CriterionArgs, ModelArgs};
+use crate::common::{
+    fail, load_model, progress_bar, CliResult, CriterionArgs, Fallback, ModelArgs,
+};
 use crate::corpus::{Corpus, Part};
 
 #[derive(clap::Args)]
@@ -50,9 +53,51 @@ pub struct Args {
     /// speed-up.
     #[arg(long)]
     ceiling: bool,
+    /// Also time a third mode: the criterion decides every head, then every head attends
+    /// densely anyway. Its time less dense's is the decision's own cost, reported as a share
+    /// of an adaptive step.
+    #[arg(long)]
+    decision_cost: bool,
     /// Print one JSON object per depth, as an array.
     #[arg(long)]
     json: bool,
+}
+
+/// A criterion whose decisions are computed and then overruled: every head attends densely.
+/// Timed against dense, it isolates what deciding costs.
+struct DecideThenDense(Box<dyn LocalityCriterion>);
+
+impl LocalityCriterion for DecideThenDense {
+    fn decide(&self, input: &HeadInput<'_>) -> qada_core::Result<Decision> {
+        let d = self.0.decide(input)?;
+        Ok(Decision { local: false, ..d })
+    }
+    fn decide_group(
+        &self,
+        inputs: &[HeadInput<'_>],
+        out: &mut [Decision],
+    ) -> qada_core::Result<bool> {
+        self.0.decide_group(inputs, out)?;
+        for o in out.iter_mut() {
+            o.local = false;
+        }
+        Ok(true)
+    }
+    fn name(&self) -> &str {
+        "decide-then-dense"
+    }
+    fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
+        self.0.decision_flops(d, bulk_len)
+    }
+    fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
+        self.0.decision_bytes(d, bulk_len)
+    }
+    fn bulk_summaries(&self) -> BulkSummaries {
+        self.0.bulk_summaries()
+    }
+    fn tau(&self) -> Option<Tau> {
+        self.0.tau()
+    }
 }
 
 /// Greedy decoding of `n` tokens from checkpoint `cp` under `criterion` (and, when given and
@@ -112,8 +157,11 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-pub fn run(a: Args) -> CliResult<()> {
+pub fn run(mut a: Args) -> CliResult<()> {
     let model = load_model(&a.model)?;
+    if let (Some(why), false) = (a.criterion.resolve(&model, Fallback::Approx)?, a.json) {
+        eprintln!("{why}");
+    }
     let ctx = model.config.context_length;
     if a.reps == 0 || a.new_tokens == 0 {
         return fail("--reps and --new-tokens must be at least 1");
@@ -147,7 +195,8 @@ pub fn run(a: Args) -> CliResult<()> {
     let moments = a.criterion.moments(&model)?;
     let weight_bytes = model.weight_bytes_per_token() as f64;
     let bandwidth = read_bandwidth();
-    let runs_per_depth = a.reps * 2 + usize::from(a.ceiling);
+    let modes = if a.decision_cost { 3 } else { 2 };
+    let runs_per_depth = a.reps * modes + usize::from(a.ceiling);
     let pb = progress_bar((a.depth.len() * runs_per_depth) as u64, "bench");
     let mut results = Vec::new();
     if all.len() < ctx {
@@ -172,15 +221,19 @@ pub fn run(a: Args) -> CliResult<()> {
             session.prefill(&all[depth..depth + a.pp], &mut |_, _| {})?;
             pp_secs = t0.elapsed().as_secs_f64();
         }
-        let mut speeds = [Vec::new(), Vec::new()];
+        let mut speeds = [Vec::new(), Vec::new(), Vec::new()];
         let mut sparsity = f64::NAN;
-        let mut kv_bytes = [0.0f64; 2];
+        let mut kv_bytes = [0.0f64; 3];
         for _ in 0..a.reps {
-            for (mode, speed) in speeds.iter_mut().enumerate() {
-                let (criterion, moments) = if mode == 0 {
-                    (Box::new(Dense) as Box<dyn LocalityCriterion>, None)
-                } else {
-                    (a.criterion.criterion(&model)?, Some(&moments))
+            for (mode, speed) in speeds.iter_mut().enumerate().take(modes) {
+                let (criterion, moments) = match mode {
+                    0 => (Box::new(Dense) as Box<dyn LocalityCriterion>, None),
+                    1 => (a.criterion.criterion(&model)?, Some(&moments)),
+                    _ => (
+                        Box::new(DecideThenDense(a.criterion.criterion(&model)?))
+                            as Box<dyn LocalityCriterion>,
+                        Some(&moments),
+                    ),
                 };
                 let secs = decode_from(&mut session, &cp, criterion, moments, a.new_tokens)?;
                 speed.push(a.new_tokens as f64 / secs);
@@ -202,8 +255,13 @@ pub fn run(a: Args) -> CliResult<()> {
             speeds[1].iter().cloned().fold(0.0, f64::max),
         );
         let (dense, adaptive) = (median(&mut speeds[0]), median(&mut speeds[1]));
+        // seconds per token the decisions add to a dense step, and their share of an
+        // adaptive step
+        let decided = median(&mut speeds[2]);
+        let decision_secs = 1.0 / decided - 1.0 / dense;
+        let decision_share = decision_secs * adaptive;
         let ceiling = if a.ceiling {
-            let oracle = Box::new(Oracle::new(a.criterion.tau)?);
+            let oracle = Box::new(Oracle::new(a.criterion.tau())?);
             decode_from(&mut session, &cp, oracle, None, a.new_tokens)?;
             pb.inc(1);
             let acc = session.accounting();
@@ -234,6 +292,12 @@ pub fn run(a: Args) -> CliResult<()> {
             "dense_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[0]),
             "adaptive_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[1]),
         });
+        if a.decision_cost {
+            row["decide_then_dense_tokens_per_s"] = json!(decided);
+            row["decide_then_dense_bytes_per_token"] = json!(weight_bytes + kv_bytes[2]);
+            row["decision_secs_per_token"] = json!(decision_secs);
+            row["decision_share_of_adaptive_step"] = json!(decision_share);
+        }
         if let (Some(r), Some(c)) = (row.as_object_mut(), ceiling.as_object()) {
             r.extend(c.clone());
         }
@@ -296,10 +360,30 @@ pub fn run(a: Args) -> CliResult<()> {
             f("adaptive_limit_tokens_per_s")
         );
     }
+    if a.decision_cost {
+        println!(
+            "decision cost: the criterion decides, then every head attends densely; its time \
+             less dense's, per token and as a share of an adaptive step"
+        );
+        println!(
+            "{:>6} | {:>16} | {:>12} | {:>9}",
+            "depth", "decide+dense t/s", "ms/tok", "share"
+        );
+        for r in &results {
+            let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+            println!(
+                "{:>6} | {:>16.1} | {:>12.3} | {:>8.1}%",
+                r["depth"].as_u64().unwrap_or(0),
+                f("decide_then_dense_tokens_per_s"),
+                f("decision_secs_per_token") * 1e3,
+                f("decision_share_of_adaptive_step") * 100.0
+            );
+        }
+    }
     if a.ceiling {
         println!(
             "oracle at tau {} (untimed): the bytes an exact, free criterion would read",
-            a.criterion.tau
+            a.criterion.tau()
         );
         println!(
             "{:>6} | {:>8} | {:>9} | {:>9} | {:>16}",

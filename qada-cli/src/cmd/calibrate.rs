@@ -31,6 +31,9 @@ enum What {
     Moments(MomentsArgs),
     /// Local frequency of every head under the oracle (the static criterion's calibration).
     Static(StaticArgs),
+    /// The criterion and threshold with the fewest K/V bytes within a quality budget of
+    /// dense, on calibration text: a setting file for `generate --setting`.
+    Tau(super::calibrate_tau::Args),
 }
 
 #[derive(clap::Args)]
@@ -94,6 +97,7 @@ pub fn run(a: Args) -> CliResult<()> {
     match a.what {
         What::Moments(m) => moments(m),
         What::Static(s) => static_heads(s),
+        What::Tau(t) => super::calibrate_tau::run(t),
     }
 }
 

@@ -7,7 +7,7 @@ use qada_model::{generate, GenerateConfig, SamplingParams, Session, SessionOptio
 use serde_json::json;
 
 use crate::common::{
-    fail, load_model, progress_bar, CliResult, CriterionArgs, ModelArgs, PromptArgs,
+    fail, load_model, progress_bar, CliResult, CriterionArgs, Fallback, ModelArgs, PromptArgs,
 };
 
 #[derive(clap::Args)]
@@ -47,8 +47,12 @@ pub struct Args {
     json: bool,
 }
 
-pub fn run(a: Args) -> CliResult<()> {
+pub fn run(mut a: Args) -> CliResult<()> {
     let model = load_model(&a.model)?;
+    let why = a.criterion.resolve(&model, Fallback::Shipped)?;
+    if let (Some(why), false) = (&why, a.json) {
+        eprintln!("{why}");
+    }
     let mut prompt = a.prompt.tokens(&model)?;
     let ctx = model.config.context_length;
     if prompt.is_empty() {
@@ -127,10 +131,12 @@ pub fn run(a: Args) -> CliResult<()> {
             "generated_ids": g.generated_ids,
             "text": g.text,
             "stop_reason": g.stop.as_str(),
-            "criterion": a.criterion.criterion,
-            "tau": a.criterion.tau,
-            "sink": a.criterion.sink,
-            "local": a.criterion.local,
+            "criterion": a.criterion.name(),
+            "tau": a.criterion.tau(),
+            "group": a.criterion.group,
+            "setting": why,
+            "sink": a.criterion.sink(),
+            "local": a.criterion.local(),
             "moments": a.criterion.moments,
             "sparsity": acc.sparsity(),
             "decisions": acc.total().decisions,
@@ -176,7 +182,7 @@ pub fn run(a: Args) -> CliResult<()> {
         let _ = writeln!(
             e,
             "sparsity: no decision had a choice (the context never exceeded the {}-token window)",
-            a.criterion.local
+            a.criterion.local()
         );
     } else {
         let _ = writeln!(

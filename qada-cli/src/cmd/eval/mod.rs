@@ -28,13 +28,13 @@ use serde_json::json;
 
 use super::calibrate::{corpus_prompts, moment_table, static_table};
 use crate::common::{fail, load_model, parse_kv, progress_bar, CliResult, ModelArgs};
-use crate::corpus::Corpus;
+use crate::corpus::{Corpus, Part};
 
-mod configs;
-mod records;
+pub(crate) mod configs;
+pub(crate) mod records;
 mod report;
-mod rows;
-mod sweep;
+pub(crate) mod rows;
+pub(crate) mod sweep;
 
 use configs::{configs, parse_groups, parse_list, parse_methods};
 use records::{read_records, Record, RecordLog};
@@ -281,6 +281,7 @@ pub fn run(a: Args) -> CliResult<()> {
         gate: !a.no_gate,
         passkey: PasskeyTask::new(&model.tokenizer)?,
         ruler: RulerPrompts::new(&model.tokenizer)?,
+        part: Part::Evaluation,
     };
     let total = tasks.len() * lengths.len() * samples * cfgs.len();
     let pb = progress_bar(total as u64, "eval");

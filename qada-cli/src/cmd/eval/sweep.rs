@@ -99,14 +99,17 @@ pub struct Sweep<'a> {
     pub gate: bool,
     pub passkey: PasskeyTask<'a>,
     pub ruler: RulerPrompts<'a>,
+    /// The corpus part haystacks and fidelity texts come from: the evaluation part for
+    /// `qada eval`, the calibration part for `qada calibrate tau`.
+    pub part: Part,
 }
 
 impl Sweep<'_> {
     /// Prompt `sample` of an answer-scored task at `len` tokens.
     fn prompt(&self, task: EvalTask, len: usize, sample: usize) -> CliResult<TaskPrompt> {
-        let hay =
-            self.corpus
-                .running_text(Part::Evaluation, (len * 8).max(60_000), 7 + sample as u64);
+        let hay = self
+            .corpus
+            .running_text(self.part, (len * 8).max(60_000), 7 + sample as u64);
         let (d, s) = (depth(sample, self.samples), seed(task, len, sample));
         let p = match task {
             EvalTask::Passkey => self
@@ -242,11 +245,12 @@ impl Sweep<'_> {
             }
             let text = self
                 .corpus
-                .running_text(Part::Evaluation, (len + 1) * 8, 100 + s as u64);
+                .running_text(self.part, (len + 1) * 8, 100 + s as u64);
             let ids = self.model.tokenizer.encode(&text)?;
             if ids.len() < len + 1 {
                 return fail(format!(
-                    "the evaluation corpus gave {} tokens, fidelity at {len} needs {}",
+                    "the {:?} part of the corpus gave {} tokens, fidelity at {len} needs {}",
+                    self.part,
                     ids.len(),
                     len + 1
                 ));

@@ -1,0 +1,454 @@
+//! `qada calibrate tau`: the criterion and threshold with the fewest K/V bytes whose quality
+//! stays within a budget of dense, measured on calibration text only.
+//!
+//! The sweep is `qada eval`'s (prefill once per prompt, every configuration from its
+//! checkpoint, records resumable) with haystacks and held-out text from the calibration part
+//! of the corpus (speeches before 1900). A configuration qualifies when, on every task where
+//! dense reaches the gate, its mean score (accuracy; top-1 agreement with dense for fidelity)
+//! is at least dense's less `--budget`. Among those, the one reading the fewest K/V bytes
+//! (mean over tasks) is written as a [`Setting`]; where none qualifies, or none reads fewer
+//! bytes than dense, the setting is dense.
+
+use std::path::PathBuf;
+
+use qada_core::Tau;
+use qada_kv::WindowConfig;
+use qada_model::eval::ruler::RulerPrompts;
+use qada_model::{PasskeyTask, Session, SessionOptions};
+
+use super::eval::configs::{configs, parse_groups, parse_list, parse_methods};
+use super::eval::records::RecordLog;
+use super::eval::rows::{rows, Row, ACCURACY};
+use super::eval::sweep::{EvalTask, Sweep};
+use crate::common::{fail, load_model, parse_kv, progress_bar, CliResult, ModelArgs};
+use crate::corpus::{Corpus, Part, SPLIT_YEAR};
+use crate::setting::{Evidence, MethodBest, ModelId, Setting, FORMAT};
+
+use qada_core::criteria::{bound::DEFAULT_PAGE, hybrid::DEFAULT_MARGIN, mixture::DEFAULT_CLUSTERS};
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Folder of corpus speeches (default: the setup script's).
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// Largest drop below dense allowed on any task (accuracy, or top-1 agreement).
+    #[arg(long, default_value_t = 0.02)]
+    budget: f64,
+    /// Criteria tried, comma-separated, among approx-current, bound, mixture and hybrid
+    /// (each at its default page of 32 keys, 4 clusters, margin of 1 nat).
+    #[arg(long, default_value = "approx-current,bound,mixture,hybrid")]
+    methods: String,
+    /// Thresholds tried, comma-separated.
+    #[arg(long, default_value = "0.5,0.7,0.8,0.9,0.95,0.99")]
+    taus: String,
+    /// Group modes tried, comma-separated, among head, all and mass.
+    #[arg(long, default_value = "head,all")]
+    groups: String,
+    /// Calibration tasks, comma-separated (names as `qada eval --task`).
+    #[arg(long, default_value = "passkey,fidelity")]
+    task: String,
+    /// Prompt lengths, comma-separated (default: 2048, 4096 and 8192, within the context).
+    #[arg(long)]
+    lengths: Option<String>,
+    /// Prompts per task and length.
+    #[arg(long, default_value_t = 4)]
+    samples: usize,
+    /// Attention sink size.
+    #[arg(long, default_value_t = 16)]
+    sink: usize,
+    /// Local window size.
+    #[arg(long, default_value_t = 128)]
+    local: usize,
+    /// Element type of the KV cache (as `qada generate --kv`).
+    #[arg(long, default_value = "f16")]
+    kv: String,
+    /// Smallest share of the dense K/V bytes a setting must save to be chosen over dense
+    /// (a criterion that saves less costs more in decisions than it saves in reads).
+    #[arg(long, default_value_t = 0.05)]
+    min_saving: f64,
+    /// Folder for the sweep's records (resumable with --resume).
+    #[arg(long, default_value = "calibrate-tau")]
+    work_dir: PathBuf,
+    /// Continue the sweep in --work-dir.
+    #[arg(long)]
+    resume: bool,
+    /// The setting file written.
+    #[arg(long, default_value = "setting.json")]
+    out: PathBuf,
+}
+
+/// Tokens kept free after the longest prompt (answers and fidelity steps).
+const ANSWER_ROOM: usize = 512;
+
+/// Methods a setting may use: those `generate` can run without a table.
+const SETTING_METHODS: &[&str] = &["approx-current", "bound", "mixture", "hybrid"];
+
+/// The `--criterion` name of a sweep method, and its group mode (`mixture@all` is mixture,
+/// all).
+fn criterion_of(method: &str) -> (&str, &str) {
+    let (m, g) = method.split_once('@').unwrap_or((method, "head"));
+    (if m == "approx-current" { "approx" } else { m }, g)
+}
+
+/// A configuration's score on a task: `accuracy`, or `top1_agreement` for fidelity.
+fn metric_of(task: &str) -> &'static str {
+    if task == "fidelity" {
+        "top1_agreement"
+    } else {
+        ACCURACY
+    }
+}
+
+/// What [`choose`] found.
+#[derive(Debug, PartialEq)]
+pub struct Choice {
+    /// The method and threshold chosen, or `None` for dense.
+    pub pick: Option<(String, f64)>,
+    pub kv_bytes: f64,
+    pub evidence: Vec<Evidence>,
+    /// Configurations compared, dense included.
+    pub tried: usize,
+    /// Per method (criterion and group mode), its cheapest threshold within the budget and
+    /// the bytes it reads (whatever it saves), or `None` where no threshold keeps the budget.
+    pub per_method: Vec<MethodBest>,
+}
+
+/// The configuration with the fewest K/V bytes (mean over `tasks`) whose score on every task
+/// dense can do (a comparable-lengths row exists for dense) is at least dense's less
+/// `budget`; dense when none qualifies or none saves at least `min_saving` of dense's bytes.
+pub fn choose(rows: &[Row], tasks: &[&str], budget: f64, min_saving: f64) -> CliResult<Choice> {
+    let overall = |task: &str, method: &str, param: Option<f64>| {
+        rows.iter().find(|r| {
+            r.length.is_none()
+                && r.task == task
+                && r.method == method
+                && r.param == param
+                && r.metric == metric_of(task)
+        })
+    };
+    let judged: Vec<(&str, &Row)> = tasks
+        .iter()
+        .filter_map(|&t| overall(t, "dense", None).map(|d| (t, d)))
+        .collect();
+    if judged.is_empty() {
+        return fail(
+            "calibration: dense reaches the gate on no task and length; add fidelity to --task \
+             or use other --lengths",
+        );
+    }
+    let mut candidates: Vec<(String, f64)> = Vec::new();
+    for r in rows.iter().filter(|r| r.method != "dense") {
+        if let Some(p) = r.param {
+            if !candidates.contains(&(r.method.clone(), p)) {
+                candidates.push((r.method.clone(), p));
+            }
+        }
+    }
+    let dense_evidence: Vec<Evidence> = judged
+        .iter()
+        .map(|(t, d)| Evidence {
+            task: t.to_string(),
+            metric: d.metric.clone(),
+            dense: d.value,
+            value: d.value,
+            kv_bytes: 1.0,
+            count: d.count,
+        })
+        .collect();
+    let mut best = Choice {
+        pick: None,
+        kv_bytes: 1.0,
+        evidence: dense_evidence,
+        tried: candidates.len() + 1,
+        per_method: Vec::new(),
+    };
+    for (method, _) in &candidates {
+        if !best.per_method.iter().any(|m| &m.method == method) {
+            best.per_method.push(MethodBest {
+                method: method.clone(),
+                tau: None,
+                kv_bytes: None,
+            });
+        }
+    }
+    'cand: for (method, p) in &candidates {
+        let mut evidence = Vec::new();
+        for (t, d) in &judged {
+            match overall(t, method, Some(*p)) {
+                Some(r) if r.value >= d.value - budget && r.kv_bytes.is_finite() => {
+                    evidence.push(Evidence {
+                        task: t.to_string(),
+                        metric: r.metric.clone(),
+                        dense: d.value,
+                        value: r.value,
+                        kv_bytes: r.kv_bytes,
+                        count: r.count,
+                    })
+                }
+                _ => continue 'cand,
+            }
+        }
+        let kv = evidence.iter().map(|e| e.kv_bytes).sum::<f64>() / evidence.len() as f64;
+        if let Some(m) = best.per_method.iter_mut().find(|m| &m.method == method) {
+            if m.kv_bytes.map_or(true, |b| kv < b) {
+                (m.tau, m.kv_bytes) = (Some(*p), Some(kv));
+            }
+        }
+        if kv < best.kv_bytes && kv <= 1.0 - min_saving {
+            best.pick = Some((method.clone(), *p));
+            best.kv_bytes = kv;
+            best.evidence = evidence;
+        }
+    }
+    Ok(best)
+}
+
+pub fn run(a: Args) -> CliResult<()> {
+    if !(a.budget >= 0.0 && a.budget < 1.0) {
+        return fail(format!("--budget must be in [0, 1), got {}", a.budget));
+    }
+    if !(a.min_saving >= 0.0 && a.min_saving < 1.0) {
+        return fail(format!(
+            "--min-saving must be in [0, 1), got {}",
+            a.min_saving
+        ));
+    }
+    let methods = parse_methods(&a.methods)?;
+    if let Some(m) = methods
+        .iter()
+        .find(|m| **m != "dense" && !SETTING_METHODS.contains(m))
+    {
+        return fail(format!(
+            "--methods: {m} cannot be a setting; use some of {}",
+            SETTING_METHODS.join(", ")
+        ));
+    }
+    let groups = parse_groups(&a.groups)?;
+    let taus: Vec<f64> = parse_list("--taus", &a.taus)?;
+    for &t in &taus {
+        Tau::new(t)?;
+    }
+    let tasks = EvalTask::parse_list(&a.task)?;
+    let model_path = crate::common::resolve_model(a.model.model.as_deref())?;
+    let model = load_model(&a.model)?;
+    let ctx = model.config.context_length;
+    let lengths: Vec<usize> = match &a.lengths {
+        Some(l) => parse_list("--lengths", l)?,
+        None => {
+            let mut v: Vec<usize> = [2048, 4096, 8192]
+                .iter()
+                .map(|&l: &usize| l.min(ctx.saturating_sub(ANSWER_ROOM)))
+                .collect();
+            v.dedup();
+            v
+        }
+    };
+    if let Some(&l) = lengths.iter().find(|&&l| l + ANSWER_ROOM > ctx || l < 256) {
+        return fail(format!(
+            "--lengths: {l} must be at least 256 and leave {ANSWER_ROOM} tokens of the context \
+             ({ctx}) free"
+        ));
+    }
+    if a.samples == 0 {
+        return fail("--samples must be at least 1");
+    }
+    let corpus = Corpus::load(a.corpus.as_deref())?;
+    let window = WindowConfig::new(a.sink, a.local)?;
+    let kv = parse_kv(&a.kv)?;
+    std::fs::create_dir_all(&a.work_dir)
+        .map_err(|e| format!("cannot create {}: {e}", a.work_dir.display()))?;
+    let cfgs = configs(&methods, &taus, &[], None, &groups)?;
+    let mut log = RecordLog::open(&a.work_dir.join("records.jsonl"), a.resume)?;
+    let sweep = Sweep {
+        model: &model,
+        corpus: &corpus,
+        cfgs: &cfgs,
+        table: None,
+        samples: a.samples,
+        fidelity_steps: 32,
+        gate: true,
+        passkey: PasskeyTask::new(&model.tokenizer)?,
+        ruler: RulerPrompts::new(&model.tokenizer)?,
+        part: Part::Calibration,
+    };
+    eprintln!(
+        "calibrating the setting on speeches before {SPLIT_YEAR}: {} configurations, tasks {}, \
+         lengths {lengths:?}, {} samples",
+        cfgs.len(),
+        a.task,
+        a.samples
+    );
+    let total = tasks.len() * lengths.len() * a.samples * cfgs.len();
+    let pb = progress_bar(total as u64, "calibrate");
+    let options = SessionOptions {
+        kv_dtype: kv,
+        ..SessionOptions::new(Box::new(qada_core::Dense), window)
+    };
+    let mut session = Session::new(&model, options)?;
+    for &task in &tasks {
+        for &len in &lengths {
+            pb.set_message(format!("{} {len}", task.name()));
+            match task {
+                EvalTask::Fidelity => sweep.fidelity(&mut session, len, &mut log, &pb)?,
+                _ => sweep.answer_task(&mut session, task, len, &mut log, &pb)?,
+            }
+        }
+    }
+    pb.finish_and_clear();
+    let names: Vec<&str> = tasks.iter().map(|t| t.name()).collect();
+    let choice = choose(&rows(log.records()), &names, a.budget, a.min_saving)?;
+    let (criterion, tau, group) = match &choice.pick {
+        Some((method, t)) => {
+            let (c, g) = criterion_of(method);
+            (c.to_string(), Some(*t), g.to_string())
+        }
+        None => ("dense".to_string(), None, "head".to_string()),
+    };
+    let model_name = model_path
+        .file_name()
+        .map_or(String::new(), |f| f.to_string_lossy().into_owned());
+    let setting = Setting {
+        format: FORMAT.into(),
+        model_name,
+        model: ModelId::of(&model),
+        criterion,
+        tau,
+        group,
+        page: DEFAULT_PAGE,
+        clusters: DEFAULT_CLUSTERS,
+        margin: DEFAULT_MARGIN,
+        sink: a.sink,
+        local: a.local,
+        budget: a.budget,
+        kv_bytes: choice.kv_bytes,
+        evidence: choice.evidence,
+        tried: choice.tried,
+        per_method: choice.per_method,
+        made_by: format!(
+            "qada calibrate tau --budget {} --min-saving {} --methods {} --taus {} --groups {} \
+             --task {} --lengths {} --samples {} --kv {} (speeches before {SPLIT_YEAR})",
+            a.budget,
+            a.min_saving,
+            a.methods,
+            a.taus,
+            a.groups,
+            a.task,
+            lengths
+                .iter()
+                .map(|l| l.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            a.samples,
+            a.kv
+        ),
+    };
+    std::fs::write(&a.out, serde_json::to_string_pretty(&setting)? + "\n")
+        .map_err(|e| format!("cannot write {}: {e}", a.out.display()))?;
+    println!("{}: {}", setting.describe(), setting.why());
+    println!(
+        "\ncheapest threshold within {} of dense, per method:",
+        a.budget
+    );
+    println!("| method | tau | K/V bytes vs dense |\n|---|---|---|");
+    for m in &setting.per_method {
+        match (m.tau, m.kv_bytes) {
+            (Some(t), Some(b)) => println!("| {} | {t} | {b:.3} |", m.method),
+            _ => println!("| {} | none | - |", m.method),
+        }
+    }
+    eprintln!(
+        "wrote {}; use it with `qada generate --setting {}`",
+        a.out.display(),
+        a.out.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(task: &str, method: &str, param: Option<f64>, value: f64, kv: f64) -> Row {
+        Row {
+            task: task.into(),
+            length: None,
+            method: method.into(),
+            param,
+            sparsity: 1.0 - kv,
+            kv_bytes: kv,
+            metric: metric_of(task).into(),
+            value,
+            count: 4,
+        }
+    }
+
+    #[test]
+    fn the_cheapest_setting_within_budget_on_every_task_wins() {
+        let rows = vec![
+            row("passkey", "dense", None, 1.0, 1.0),
+            row("fidelity", "dense", None, 1.0, 1.0),
+            // cheapest, but 0.75 on passkey: out
+            row("passkey", "approx-current", Some(0.5), 0.75, 0.5),
+            row("fidelity", "approx-current", Some(0.5), 1.0, 0.5),
+            // within budget on both
+            row("passkey", "hybrid", Some(0.9), 1.0, 0.8),
+            row("fidelity", "hybrid", Some(0.9), 0.985, 0.9),
+            // within budget but dearer
+            row("passkey", "hybrid@all", Some(0.99), 1.0, 0.95),
+            row("fidelity", "hybrid@all", Some(0.99), 1.0, 0.95),
+            // a length row never counts
+            Row {
+                length: Some(1024),
+                ..row("passkey", "mixture", Some(0.5), 1.0, 0.1)
+            },
+        ];
+        let c = choose(&rows, &["passkey", "fidelity"], 0.02, 0.05).unwrap();
+        assert_eq!(c.pick, Some(("hybrid".to_string(), 0.9)));
+        assert!((c.kv_bytes - 0.85).abs() < 1e-12);
+        assert_eq!(c.tried, 5);
+        assert_eq!(c.evidence.len(), 2);
+        let best = |m: &str| {
+            let b = c.per_method.iter().find(|b| b.method == m).unwrap();
+            (b.tau, b.kv_bytes)
+        };
+        assert_eq!(best("approx-current"), (None, None));
+        assert_eq!(best("hybrid@all"), (Some(0.99), Some(0.95)));
+        // a tighter budget leaves the dearer one
+        let c = choose(&rows, &["passkey", "fidelity"], 0.01, 0.05).unwrap();
+        assert_eq!(c.pick, Some(("hybrid@all".to_string(), 0.99)));
+        // ... unless it must save more than it does
+        let c = choose(&rows, &["passkey", "fidelity"], 0.01, 0.06).unwrap();
+        assert_eq!(c.pick, None);
+        assert_eq!(criterion_of("hybrid@all"), ("hybrid", "all"));
+        assert_eq!(criterion_of("approx-current"), ("approx", "head"));
+    }
+
+    #[test]
+    fn dense_when_nothing_keeps_the_budget_or_saves_bytes() {
+        let rows = vec![
+            row("passkey", "dense", None, 1.0, 1.0),
+            row("passkey", "approx-current", Some(0.5), 0.5, 0.5),
+            row("passkey", "bound", Some(0.5), 1.0, 1.0),
+        ];
+        let c = choose(&rows, &["passkey"], 0.02, 0.0).unwrap();
+        assert_eq!((c.pick, c.kv_bytes), (None, 1.0));
+        assert_eq!(c.evidence[0].value, 1.0);
+    }
+
+    #[test]
+    fn a_task_dense_cannot_do_is_not_judged_and_a_missing_row_disqualifies() {
+        let rows = vec![
+            // passkey: dense below the gate, so no comparable row for anyone
+            row("fidelity", "dense", None, 1.0, 1.0),
+            row("fidelity", "mixture", Some(0.7), 0.99, 0.6),
+            // no fidelity row at all: never chosen
+            row("passkey", "bound", Some(0.7), 1.0, 0.2),
+        ];
+        let c = choose(&rows, &["passkey", "fidelity"], 0.02, 0.05).unwrap();
+        assert_eq!(c.pick, Some(("mixture".to_string(), 0.7)));
+        assert_eq!(c.evidence.len(), 1);
+        assert!(choose(&rows[2..], &["passkey"], 0.02, 0.05).is_err());
+    }
+}

@@ -1,0 +1,220 @@
+//! A decoding setting: which criterion decides, its threshold and parameters, and the
+//! evidence that it keeps quality within a budget of dense attention.
+//!
+//! `qada calibrate tau --budget B` writes one from calibration text only; `generate` and
+//! `bench` take it with `--setting FILE`. Each model the setup script fetches ships one
+//! (`qada-cli/settings/NAME.json`, compiled in): `generate` uses it when no `--criterion` is
+//! given, and says so. Where calibration found no setting within the budget, the shipped
+//! setting is dense, so the default never loses quality silently.
+
+use serde::{Deserialize, Serialize};
+
+use qada_model::Model;
+
+use crate::common::{fail, CliResult};
+
+/// The `format` field this build reads and writes.
+pub const FORMAT: &str = "qada-setting/1";
+
+/// The settings shipped per model: short name and file contents.
+pub const SHIPPED: &[(&str, &str)] = &[(
+    "smollm2-135m",
+    include_str!("../settings/smollm2-135m.json"),
+)];
+
+/// The facts that decide whether a setting was made for a model.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ModelId {
+    pub architecture: String,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub vocab_size: usize,
+}
+
+impl ModelId {
+    pub fn of(model: &Model) -> Self {
+        let c = &model.config;
+        ModelId {
+            architecture: c.family.name.to_string(),
+            n_layers: c.n_layers,
+            n_heads: c.n_heads,
+            n_kv_heads: c.n_kv_heads,
+            head_dim: c.head_dim,
+            vocab_size: c.vocab_size,
+        }
+    }
+}
+
+/// How a setting did on one calibration task, over the lengths where dense reaches the gate.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Evidence {
+    pub task: String,
+    /// `accuracy` for answer-scored tasks, `top1_agreement` for fidelity.
+    pub metric: String,
+    pub dense: f64,
+    pub value: f64,
+    /// K/V bytes read relative to dense.
+    pub kv_bytes: f64,
+    /// Answers or steps behind the value.
+    pub count: u64,
+}
+
+/// One method's cheapest threshold within the budget.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct MethodBest {
+    /// The sweep's name: `hybrid`, `mixture@all`, `approx-current`, ...
+    pub method: String,
+    /// `None` where no threshold tried kept the budget.
+    pub tau: Option<f64>,
+    pub kv_bytes: Option<f64>,
+}
+
+/// A criterion with its parameters, and why it was chosen.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct Setting {
+    pub format: String,
+    /// Short name or file name of the model it was calibrated on.
+    pub model_name: String,
+    pub model: ModelId,
+    /// A `--criterion` name: dense, approx, bound, mixture or hybrid.
+    pub criterion: String,
+    pub tau: Option<f64>,
+    /// A `--group` mode: head, all or mass.
+    pub group: String,
+    pub page: usize,
+    pub clusters: usize,
+    pub margin: f64,
+    pub sink: usize,
+    pub local: usize,
+    /// Largest drop below dense allowed on any calibration task.
+    pub budget: f64,
+    /// K/V bytes read relative to dense, mean over the calibration tasks.
+    pub kv_bytes: f64,
+    pub evidence: Vec<Evidence>,
+    /// Settings tried, dense included.
+    pub tried: usize,
+    /// Every method's cheapest threshold within the budget.
+    pub per_method: Vec<MethodBest>,
+    /// How it was made: command, corpus part, lengths, samples.
+    pub made_by: String,
+}
+
+impl Setting {
+    /// Parse a setting file's text; `source` names it in errors.
+    pub fn parse(text: &str, source: &str) -> CliResult<Self> {
+        let s: Setting = serde_json::from_str(text)
+            .map_err(|e| format!("{source}: not a qada setting file: {e}"))?;
+        if s.format != FORMAT {
+            return fail(format!(
+                "{source}: format {:?}, this build reads {FORMAT:?}; make it again with `qada \
+                 calibrate tau`",
+                s.format
+            ));
+        }
+        Ok(s)
+    }
+
+    /// Read a setting file made for `model`.
+    pub fn load(path: &std::path::Path, model: &Model) -> CliResult<Self> {
+        let source = path.display().to_string();
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read setting file {source}: {e}"))?;
+        let s = Self::parse(&text, &source)?;
+        s.check_model(model, &source)?;
+        Ok(s)
+    }
+
+    /// Refuse a setting calibrated on another model.
+    pub fn check_model(&self, model: &Model, source: &str) -> CliResult<()> {
+        let id = ModelId::of(model);
+        if self.model != id {
+            return fail(format!(
+                "{source}: calibrated for {} ({:?}), the model is {id:?}: calibrate this model \
+                 with `qada calibrate tau`",
+                self.model_name, self.model
+            ));
+        }
+        Ok(())
+    }
+
+    /// The setting shipped for `model`, if one is.
+    pub fn shipped(model: &Model) -> CliResult<Option<(&'static str, Self)>> {
+        let id = ModelId::of(model);
+        for (name, text) in SHIPPED {
+            let s = Self::parse(text, &format!("shipped setting {name}"))?;
+            if s.model == id {
+                return Ok(Some((name, s)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// One line: the criterion and its parameters.
+    pub fn describe(&self) -> String {
+        match (self.criterion.as_str(), self.tau) {
+            ("dense", _) | (_, None) => self.criterion.clone(),
+            (c, Some(t)) => format!("{c} at tau {t}, group {}", self.group),
+        }
+    }
+
+    /// Why this setting: what calibration measured.
+    pub fn why(&self) -> String {
+        let evidence: Vec<String> = self
+            .evidence
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {} {:.3} (dense {:.3})",
+                    e.task, e.metric, e.value, e.dense
+                )
+            })
+            .collect();
+        if self.criterion == "dense" {
+            format!(
+                "none of {} settings tried stayed within {} of dense on calibration text",
+                self.tried.saturating_sub(1),
+                self.budget
+            )
+        } else {
+            format!(
+                "the fewest K/V bytes ({:.3}x dense) of {} settings tried within {} of dense \
+                 on calibration text: {}",
+                self.kv_bytes,
+                self.tried.saturating_sub(1),
+                self.budget,
+                evidence.join(", ")
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_settings_parse_and_name_a_known_criterion() {
+        for (name, text) in SHIPPED {
+            let s = Setting::parse(text, name).unwrap();
+            assert!(
+                ["dense", "approx", "bound", "mixture", "hybrid"].contains(&s.criterion.as_str()),
+                "{name}: {}",
+                s.criterion
+            );
+            assert!(s.kv_bytes > 0.0 && s.kv_bytes <= 1.0 + 1e-9, "{name}");
+            for e in &s.evidence {
+                assert!(e.value >= e.dense - s.budget - 1e-12, "{name}: {e:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_wrong_format_is_refused_with_what_to_do() {
+        let e = Setting::parse(r#"{"format": "x"}"#, "f.json")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("f.json: not a qada setting"), "{e}");
+    }
+}
