@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use qada_core::Tau;
 use qada_kv::WindowConfig;
 use qada_model::eval::ruler::RulerPrompts;
-use qada_model::{PasskeyTask, Session, SessionOptions};
+use qada_model::PasskeyTask;
 
 use super::eval::configs::{configs, parse_groups, parse_list, parse_methods};
 use super::eval::records::RecordLog;
@@ -272,6 +272,8 @@ pub fn run(a: Args) -> CliResult<()> {
         passkey: PasskeyTask::new(&model.tokenizer)?,
         ruler: RulerPrompts::new(&model.tokenizer)?,
         part: Part::Calibration,
+        kv,
+        window,
     };
     eprintln!(
         "calibrating the setting on speeches before {SPLIT_YEAR}: {} configurations, tasks {}, \
@@ -282,20 +284,7 @@ pub fn run(a: Args) -> CliResult<()> {
     );
     let total = tasks.len() * lengths.len() * a.samples * cfgs.len();
     let pb = progress_bar(total as u64, "calibrate");
-    let options = SessionOptions {
-        kv_dtype: kv,
-        ..SessionOptions::new(Box::new(qada_core::Dense), window)
-    };
-    let mut session = Session::new(&model, options)?;
-    for &task in &tasks {
-        for &len in &lengths {
-            pb.set_message(format!("{} {len}", task.name()));
-            match task {
-                EvalTask::Fidelity => sweep.fidelity(&mut session, len, &mut log, &pb)?,
-                _ => sweep.answer_task(&mut session, task, len, &mut log, &pb)?,
-            }
-        }
-    }
+    sweep.run(&tasks, &lengths, &mut log, &pb, |_| Ok(()))?;
     pb.finish_and_clear();
     let names: Vec<&str> = tasks.iter().map(|t| t.name()).collect();
     let choice = choose(&rows(log.records()), &names, a.budget, a.min_saving)?;

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use qada_core::{StaticTable, Tau};
 use qada_kv::WindowConfig;
 use qada_model::eval::ruler::RulerPrompts;
-use qada_model::{Model, PasskeyTask, Session, SessionOptions};
+use qada_model::{Model, PasskeyTask};
 use qada_stats::MomentTable;
 use serde_json::json;
 
@@ -282,24 +282,14 @@ pub fn run(a: Args) -> CliResult<()> {
         passkey: PasskeyTask::new(&model.tokenizer)?,
         ruler: RulerPrompts::new(&model.tokenizer)?,
         part: Part::Evaluation,
+        kv,
+        window,
     };
     let total = tasks.len() * lengths.len() * samples * cfgs.len();
     let pb = progress_bar(total as u64, "eval");
-    let options = SessionOptions {
-        kv_dtype: kv,
-        ..SessionOptions::new(Box::new(qada_core::Dense), window)
-    };
-    let mut session = Session::new(&model, options)?;
-    for &task in &tasks {
-        for &len in &lengths {
-            pb.set_message(format!("{} {len}", task.name()));
-            match task {
-                EvalTask::Fidelity => sweep.fidelity(&mut session, len, &mut log, &pb)?,
-                _ => sweep.answer_task(&mut session, task, len, &mut log, &pb)?,
-            }
-            report_all(&a.out_dir, log.records())?;
-        }
-    }
+    sweep.run(&tasks, &lengths, &mut log, &pb, |log| {
+        report_all(&a.out_dir, log.records()).map(|_| ())
+    })?;
     pb.finish_and_clear();
     let summary = report_all(&a.out_dir, log.records())?;
     println!("{summary}");

@@ -9,9 +9,12 @@
 use std::sync::Arc;
 
 use indicatif::ProgressBar;
+use qada_kv::{KvDtype, WindowConfig};
 use qada_model::eval::ruler::{RulerPrompts, RulerTask};
 use qada_model::eval::{answer, dense_prefill, FidelityTotals, TaskPrompt};
-use qada_model::{FidelityReference, Model, PasskeyTask, Session, SessionCheckpoint};
+use qada_model::{
+    FidelityReference, Model, PasskeyTask, Session, SessionCheckpoint, SessionOptions,
+};
 use qada_stats::MomentTable;
 
 use super::configs::{setup, Config};
@@ -102,9 +105,42 @@ pub struct Sweep<'a> {
     /// The corpus part haystacks and fidelity texts come from: the evaluation part for
     /// `qada eval`, the calibration part for `qada calibrate tau`.
     pub part: Part,
+    /// Element type of the K/V cache.
+    pub kv: KvDtype,
+    /// Sink and local window of every configuration.
+    pub window: WindowConfig,
 }
 
 impl Sweep<'_> {
+    /// Every (task, length) in run order, on one session with the sweep's cache type and
+    /// window (dense between configurations), `after` called as each finishes; `pb` counts the
+    /// (prompt, configuration) pairs.
+    pub fn run(
+        &self,
+        tasks: &[EvalTask],
+        lengths: &[usize],
+        log: &mut RecordLog,
+        pb: &ProgressBar,
+        mut after: impl FnMut(&RecordLog) -> CliResult<()>,
+    ) -> CliResult<()> {
+        let options = SessionOptions {
+            kv_dtype: self.kv,
+            ..SessionOptions::new(Box::new(qada_core::Dense), self.window)
+        };
+        let mut session = Session::new(self.model, options)?;
+        for &task in tasks {
+            for &len in lengths {
+                pb.set_message(format!("{} {len}", task.name()));
+                match task {
+                    EvalTask::Fidelity => self.fidelity(&mut session, len, log, pb)?,
+                    _ => self.answer_task(&mut session, task, len, log, pb)?,
+                }
+                after(log)?;
+            }
+        }
+        Ok(())
+    }
+
     /// Prompt `sample` of an answer-scored task at `len` tokens.
     fn prompt(&self, task: EvalTask, len: usize, sample: usize) -> CliResult<TaskPrompt> {
         let hay = self
