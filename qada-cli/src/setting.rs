@@ -55,6 +55,9 @@ pub struct Evidence {
     pub metric: String,
     pub dense: f64,
     pub value: f64,
+    /// The lower confidence bound the budget was checked on, where it was not `value`.
+    #[serde(default)]
+    pub lower: Option<f64>,
     /// K/V bytes read relative to dense.
     pub kv_bytes: f64,
     /// Answers or steps behind the value.
@@ -164,11 +167,15 @@ impl Setting {
         let evidence: Vec<String> = self
             .evidence
             .iter()
-            .map(|e| {
-                format!(
+            .map(|e| match e.lower {
+                Some(l) => format!(
+                    "{} {} {:.3}, lower bound {l:.3} (dense {:.3})",
+                    e.task, e.metric, e.value, e.dense
+                ),
+                None => format!(
                     "{} {} {:.3} (dense {:.3})",
                     e.task, e.metric, e.value, e.dense
-                )
+                ),
             })
             .collect();
         if self.criterion == "dense" {
@@ -205,7 +212,9 @@ mod tests {
             );
             assert!(s.kv_bytes > 0.0 && s.kv_bytes <= 1.0 + 1e-9, "{name}");
             for e in &s.evidence {
-                assert!(e.value >= e.dense - s.budget - 1e-12, "{name}: {e:?}");
+                let checked = e.lower.unwrap_or(e.value);
+                assert!(checked <= e.value, "{name}: {e:?}");
+                assert!(checked >= e.dense - s.budget - 1e-12, "{name}: {e:?}");
             }
         }
     }

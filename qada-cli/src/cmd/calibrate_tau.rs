@@ -4,8 +4,11 @@
 //! The sweep is `qada eval`'s (prefill once per prompt, every configuration from its
 //! checkpoint, records resumable) with haystacks and held-out text from the calibration part
 //! of the corpus (speeches before 1900). A configuration qualifies when, on every task where
-//! dense reaches the gate, its mean score (accuracy; top-1 agreement with dense for fidelity)
-//! is at least dense's less `--budget`. Among those, the one reading the fewest K/V bytes
+//! dense reaches the gate, its score is at least dense's less `--budget`: for answer-scored
+//! tasks the mean accuracy (with a few prompts, no answer dense gets may be lost); for
+//! fidelity the one-sided Wilson lower bound, at `--confidence`, of its top-1 agreement with
+//! dense over every teacher-forced step (a binomial proportion over hundreds of steps, so the
+//! budget is kept with that confidence, not only on these prompts). Among those, the one reading the fewest K/V bytes
 //! (mean over tasks) is written as a [`Setting`]; where none qualifies, or none reads fewer
 //! bytes than dense, the setting is dense.
 
@@ -23,6 +26,7 @@ use super::eval::sweep::{EvalTask, Sweep};
 use crate::common::{fail, load_model, parse_kv, progress_bar, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part, SPLIT_YEAR};
 use crate::setting::{Evidence, MethodBest, ModelId, Setting, FORMAT};
+use statrs::distribution::{ContinuousCDF, Normal};
 
 use qada_core::criteria::{bound::DEFAULT_PAGE, hybrid::DEFAULT_MARGIN, mixture::DEFAULT_CLUSTERS};
 
@@ -64,6 +68,9 @@ pub struct Args {
     /// Element type of the KV cache (as `qada generate --kv`).
     #[arg(long, default_value = "f16")]
     kv: String,
+    /// Confidence of the lower bound on fidelity's top-1 agreement (one-sided Wilson).
+    #[arg(long, default_value_t = 0.95)]
+    confidence: f64,
     /// Smallest share of the dense K/V bytes a setting must save to be chosen over dense
     /// (a criterion that saves less costs more in decisions than it saves in reads).
     #[arg(long, default_value_t = 0.05)]
@@ -101,6 +108,39 @@ fn metric_of(task: &str) -> &'static str {
     }
 }
 
+/// What qualifies a setting.
+#[derive(Clone, Copy, Debug)]
+pub struct Rule {
+    /// Largest drop below dense on any task.
+    pub budget: f64,
+    /// Smallest share of dense's bytes the chosen setting must save.
+    pub min_saving: f64,
+    /// The normal quantile of the confidence of fidelity's lower bound (0: the mean).
+    pub z: f64,
+}
+
+/// The one-sided Wilson lower bound of a proportion `p` observed over `n` trials, at the
+/// normal quantile `z`: `(p + z^2/2n - z sqrt(p(1-p)/n + z^2/4n^2)) / (1 + z^2/n)`.
+pub fn wilson_lower(p: f64, n: u64, z: f64) -> f64 {
+    if n == 0 {
+        return 0.0;
+    }
+    let n = n as f64;
+    let z2 = z * z;
+    let centre = p + z2 / (2.0 * n);
+    let half = z * (p * (1.0 - p) / n + z2 / (4.0 * n * n)).max(0.0).sqrt();
+    (centre - half) / (1.0 + z2 / n)
+}
+
+/// A row's score under `rule`: fidelity's top-1 agreement by its lower bound, accuracy as is.
+fn score(r: &Row, rule: &Rule) -> f64 {
+    if r.task == "fidelity" {
+        wilson_lower(r.value, r.count, rule.z)
+    } else {
+        r.value
+    }
+}
+
 /// What [`choose`] found.
 #[derive(Debug, PartialEq)]
 pub struct Choice {
@@ -117,8 +157,9 @@ pub struct Choice {
 
 /// The configuration with the fewest K/V bytes (mean over `tasks`) whose score on every task
 /// dense can do (a comparable-lengths row exists for dense) is at least dense's less
-/// `budget`; dense when none qualifies or none saves at least `min_saving` of dense's bytes.
-pub fn choose(rows: &[Row], tasks: &[&str], budget: f64, min_saving: f64) -> CliResult<Choice> {
+/// `budget` (fidelity by its lower bound, [`score`]); dense when none qualifies or none saves
+/// at least `min_saving` of dense's bytes.
+pub fn choose(rows: &[Row], tasks: &[&str], rule: &Rule) -> CliResult<Choice> {
     let overall = |task: &str, method: &str, param: Option<f64>| {
         rows.iter().find(|r| {
             r.length.is_none()
@@ -153,6 +194,7 @@ pub fn choose(rows: &[Row], tasks: &[&str], budget: f64, min_saving: f64) -> Cli
             metric: d.metric.clone(),
             dense: d.value,
             value: d.value,
+            lower: None,
             kv_bytes: 1.0,
             count: d.count,
         })
@@ -177,12 +219,13 @@ pub fn choose(rows: &[Row], tasks: &[&str], budget: f64, min_saving: f64) -> Cli
         let mut evidence = Vec::new();
         for (t, d) in &judged {
             match overall(t, method, Some(*p)) {
-                Some(r) if r.value >= d.value - budget && r.kv_bytes.is_finite() => {
+                Some(r) if score(r, rule) >= d.value - rule.budget && r.kv_bytes.is_finite() => {
                     evidence.push(Evidence {
                         task: t.to_string(),
                         metric: r.metric.clone(),
                         dense: d.value,
                         value: r.value,
+                        lower: (score(r, rule) != r.value).then(|| score(r, rule)),
                         kv_bytes: r.kv_bytes,
                         count: r.count,
                     })
@@ -196,7 +239,7 @@ pub fn choose(rows: &[Row], tasks: &[&str], budget: f64, min_saving: f64) -> Cli
                 (m.tau, m.kv_bytes) = (Some(*p), Some(kv));
             }
         }
-        if kv < best.kv_bytes && kv <= 1.0 - min_saving {
+        if kv < best.kv_bytes && kv <= 1.0 - rule.min_saving {
             best.pick = Some((method.clone(), *p));
             best.kv_bytes = kv;
             best.evidence = evidence;
@@ -208,6 +251,12 @@ pub fn choose(rows: &[Row], tasks: &[&str], budget: f64, min_saving: f64) -> Cli
 pub fn run(a: Args) -> CliResult<()> {
     if !(a.budget >= 0.0 && a.budget < 1.0) {
         return fail(format!("--budget must be in [0, 1), got {}", a.budget));
+    }
+    if !(a.confidence >= 0.5 && a.confidence < 1.0) {
+        return fail(format!(
+            "--confidence must be in [0.5, 1), got {}",
+            a.confidence
+        ));
     }
     if !(a.min_saving >= 0.0 && a.min_saving < 1.0) {
         return fail(format!(
@@ -287,7 +336,12 @@ pub fn run(a: Args) -> CliResult<()> {
     sweep.run(&tasks, &lengths, &mut log, &pb, |_| Ok(()))?;
     pb.finish_and_clear();
     let names: Vec<&str> = tasks.iter().map(|t| t.name()).collect();
-    let choice = choose(&rows(log.records()), &names, a.budget, a.min_saving)?;
+    let rule = Rule {
+        budget: a.budget,
+        min_saving: a.min_saving,
+        z: Normal::new(0.0, 1.0)?.inverse_cdf(a.confidence),
+    };
+    let choice = choose(&rows(log.records()), &names, &rule)?;
     let (criterion, tau, group) = match &choice.pick {
         Some((method, t)) => {
             let (c, g) = criterion_of(method);
@@ -316,9 +370,11 @@ pub fn run(a: Args) -> CliResult<()> {
         tried: choice.tried,
         per_method: choice.per_method,
         made_by: format!(
-            "qada calibrate tau --budget {} --min-saving {} --methods {} --taus {} --groups {} \
-             --task {} --lengths {} --samples {} --kv {} (speeches before {SPLIT_YEAR})",
+            "qada calibrate tau --budget {} --confidence {} --min-saving {} --methods {} --taus {} \
+             --groups {} --task {} --lengths {} --samples {} --kv {} (speeches before \
+             {SPLIT_YEAR})",
             a.budget,
+            a.confidence,
             a.min_saving,
             a.methods,
             a.taus,
@@ -359,6 +415,45 @@ pub fn run(a: Args) -> CliResult<()> {
 mod tests {
     use super::*;
 
+    /// A rule on the means (z = 0: fidelity's bound is its mean).
+    fn rule(budget: f64, min_saving: f64) -> Rule {
+        Rule {
+            budget,
+            min_saving,
+            z: 0.0,
+        }
+    }
+
+    #[test]
+    fn the_lower_bound_is_below_the_mean_tightens_with_steps_and_can_disqualify() {
+        assert_eq!(wilson_lower(0.9, 100, 0.0), 0.9);
+        let (few, many) = (
+            wilson_lower(0.99, 100, 1.645),
+            wilson_lower(0.99, 10_000, 1.645),
+        );
+        assert!(few < many && many < 0.99, "{few} {many}");
+        assert!((0.0..1.0).contains(&wilson_lower(1.0, 384, 1.645)));
+        // 0.985 over 4 x 32 steps is within 0.02 of 1 on the mean, not on its lower bound
+        let rows = vec![
+            row("fidelity", "dense", None, 1.0, 1.0),
+            Row {
+                count: 128,
+                ..row("fidelity", "mixture", Some(0.7), 0.985, 0.7)
+            },
+        ];
+        let z95 = Rule {
+            z: 1.645,
+            ..rule(0.02, 0.05)
+        };
+        assert!(choose(&rows, &["fidelity"], &rule(0.02, 0.05))
+            .unwrap()
+            .pick
+            .is_some());
+        let c = choose(&rows, &["fidelity"], &z95).unwrap();
+        assert_eq!(c.pick, None);
+        assert_eq!(c.per_method[0].tau, None);
+    }
+
     fn row(task: &str, method: &str, param: Option<f64>, value: f64, kv: f64) -> Row {
         Row {
             task: task.into(),
@@ -393,7 +488,7 @@ mod tests {
                 ..row("passkey", "mixture", Some(0.5), 1.0, 0.1)
             },
         ];
-        let c = choose(&rows, &["passkey", "fidelity"], 0.02, 0.05).unwrap();
+        let c = choose(&rows, &["passkey", "fidelity"], &rule(0.02, 0.05)).unwrap();
         assert_eq!(c.pick, Some(("hybrid".to_string(), 0.9)));
         assert!((c.kv_bytes - 0.85).abs() < 1e-12);
         assert_eq!(c.tried, 5);
@@ -405,10 +500,10 @@ mod tests {
         assert_eq!(best("approx-current"), (None, None));
         assert_eq!(best("hybrid@all"), (Some(0.99), Some(0.95)));
         // a tighter budget leaves the dearer one
-        let c = choose(&rows, &["passkey", "fidelity"], 0.01, 0.05).unwrap();
+        let c = choose(&rows, &["passkey", "fidelity"], &rule(0.01, 0.05)).unwrap();
         assert_eq!(c.pick, Some(("hybrid@all".to_string(), 0.99)));
         // ... unless it must save more than it does
-        let c = choose(&rows, &["passkey", "fidelity"], 0.01, 0.06).unwrap();
+        let c = choose(&rows, &["passkey", "fidelity"], &rule(0.01, 0.06)).unwrap();
         assert_eq!(c.pick, None);
         assert_eq!(criterion_of("hybrid@all"), ("hybrid", "all"));
         assert_eq!(criterion_of("approx-current"), ("approx", "head"));
@@ -421,7 +516,7 @@ mod tests {
             row("passkey", "approx-current", Some(0.5), 0.5, 0.5),
             row("passkey", "bound", Some(0.5), 1.0, 1.0),
         ];
-        let c = choose(&rows, &["passkey"], 0.02, 0.0).unwrap();
+        let c = choose(&rows, &["passkey"], &rule(0.02, 0.0)).unwrap();
         assert_eq!((c.pick, c.kv_bytes), (None, 1.0));
         assert_eq!(c.evidence[0].value, 1.0);
     }
@@ -435,9 +530,9 @@ mod tests {
             // no fidelity row at all: never chosen
             row("passkey", "bound", Some(0.7), 1.0, 0.2),
         ];
-        let c = choose(&rows, &["passkey", "fidelity"], 0.02, 0.05).unwrap();
+        let c = choose(&rows, &["passkey", "fidelity"], &rule(0.02, 0.05)).unwrap();
         assert_eq!(c.pick, Some(("mixture".to_string(), 0.7)));
         assert_eq!(c.evidence.len(), 1);
-        assert!(choose(&rows[2..], &["passkey"], 0.02, 0.05).is_err());
+        assert!(choose(&rows[2..], &["passkey"], &rule(0.02, 0.05)).is_err());
     }
 }
