@@ -332,6 +332,18 @@ pub enum Fallback {
     Approx,
 }
 
+/// Refuse a per-head table (at `path`) made for another number of query heads per layer.
+fn check_heads(path: &Path, n_heads: usize, model: &Model) -> CliResult<()> {
+    if n_heads != model.config.n_heads {
+        return fail(format!(
+            "{}: made for {n_heads} heads per layer, the model has {}",
+            path.display(),
+            model.config.n_heads
+        ));
+    }
+    Ok(())
+}
+
 /// True for the criteria that report a local share (so per-head thresholds apply to them).
 pub fn reports_share(criterion: &str) -> bool {
     !matches!(criterion, "dense" | "window" | "static")
@@ -459,14 +471,7 @@ impl CriterionArgs {
         }
         let table = HeadTaus::load(path, Some(&model.signature()))
             .map_err(|e| format!("--head-taus {}: {e}", path.display()))?;
-        if table.n_heads() != model.config.n_heads {
-            return fail(format!(
-                "--head-taus {}: made for {} heads per layer, the model has {}",
-                path.display(),
-                table.n_heads(),
-                model.config.n_heads
-            ));
-        }
+        check_heads(path, table.n_heads(), model)?;
         Ok(Box::new(PerHead::new(c, table)))
     }
 
@@ -488,14 +493,7 @@ impl CriterionArgs {
                 };
                 let table = StaticTable::load(path, Some(&model.signature()))
                     .map_err(|e| format!("{}: {e}", path.display()))?;
-                if table.n_heads() != model.config.n_heads {
-                    return fail(format!(
-                        "{}: made for {} heads per layer, the model has {}",
-                        path.display(),
-                        table.n_heads(),
-                        model.config.n_heads
-                    ));
-                }
+                check_heads(path, table.n_heads(), model)?;
                 Box::new(Static::from_table(&table, self.alpha)?)
             }
             other => {
