@@ -8,8 +8,8 @@ use std::sync::Arc;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qada_core::{
-    Approx, Bound, Dense, GroupMode, Grouped, Hybrid, LocalityCriterion, Mixture, Oracle, Static,
-    StaticTable, Window,
+    Approx, Bound, Dense, GroupMode, Grouped, HeadTaus, Hybrid, LocalityCriterion, Mixture, Oracle,
+    PerHead, Static, StaticTable, Window,
 };
 use qada_kv::{KvDtype, MomentsMode, WindowConfig};
 use qada_model::qlinear::ActPrecision;
@@ -297,6 +297,11 @@ pub struct CriterionArgs {
     /// Static criterion: fraction of heads labeled local.
     #[arg(long, default_value_t = 0.5)]
     pub alpha: f64,
+    /// Per-head thresholds from `qada calibrate heads`: a head is local when the criterion's
+    /// local share reaches its own tau (criteria with a share: approx, mixture, hybrid,
+    /// bound, oracle).
+    #[arg(long)]
+    pub head_taus: Option<PathBuf>,
     /// Element type of the KV cache: f16 (half the memory traffic of f32, llama.cpp's default;
     /// logits within 0.022 of f32 on the reference prompts of the three families, no greedy
     /// token changed: tests/kv_f16.rs), f32 (exact), or q8 (blocks of 32 8-bit values with an
@@ -325,6 +330,23 @@ pub enum Fallback {
     Shipped,
     /// QAdA at tau 0.6, the paper's criterion (`bench`, `analyze`: measurement tools).
     Approx,
+}
+
+/// Refuse a per-head table (at `path`) made for another number of query heads per layer.
+fn check_heads(path: &Path, n_heads: usize, model: &Model) -> CliResult<()> {
+    if n_heads != model.config.n_heads {
+        return fail(format!(
+            "{}: made for {n_heads} heads per layer, the model has {}",
+            path.display(),
+            model.config.n_heads
+        ));
+    }
+    Ok(())
+}
+
+/// True for the criteria that report a local share (so per-head thresholds apply to them).
+pub fn reports_share(criterion: &str) -> bool {
+    !matches!(criterion, "dense" | "window" | "static")
 }
 
 /// The threshold when `--tau` is not given.
@@ -423,11 +445,34 @@ impl CriterionArgs {
     /// The criterion, deciding per group as `--group` says.
     pub fn criterion(&self, model: &Model) -> CliResult<Box<dyn LocalityCriterion>> {
         let mode: GroupMode = self.group.parse().map_err(|e| format!("--group: {e}"))?;
-        let c = self.head_criterion(model)?;
+        let mut c = self.head_criterion(model)?;
+        if let Some(path) = &self.head_taus {
+            c = self.per_head(c, path, model)?;
+        }
         Ok(match mode {
             GroupMode::Head => c,
             m => Box::new(Grouped::new(c, m)),
         })
+    }
+
+    /// `c` with the thresholds of the `--head-taus` file at `path`, checked against the model.
+    fn per_head(
+        &self,
+        c: Box<dyn LocalityCriterion>,
+        path: &Path,
+        model: &Model,
+    ) -> CliResult<Box<dyn LocalityCriterion>> {
+        if !reports_share(self.name()) {
+            return fail(format!(
+                "--head-taus: the {} criterion reports no local share to compare with a \
+                 head's tau; use it with approx, mixture, hybrid, bound or oracle",
+                self.name()
+            ));
+        }
+        let table = HeadTaus::load(path, Some(&model.signature()))
+            .map_err(|e| format!("--head-taus {}: {e}", path.display()))?;
+        check_heads(path, table.n_heads(), model)?;
+        Ok(Box::new(PerHead::new(c, table)))
     }
 
     /// The criterion each head runs.
@@ -448,14 +493,7 @@ impl CriterionArgs {
                 };
                 let table = StaticTable::load(path, Some(&model.signature()))
                     .map_err(|e| format!("{}: {e}", path.display()))?;
-                if table.n_heads() != model.config.n_heads {
-                    return fail(format!(
-                        "{}: made for {} heads per layer, the model has {}",
-                        path.display(),
-                        table.n_heads(),
-                        model.config.n_heads
-                    ));
-                }
+                check_heads(path, table.n_heads(), model)?;
                 Box::new(Static::from_table(&table, self.alpha)?)
             }
             other => {
@@ -513,7 +551,7 @@ impl CriterionArgs {
                 self.local()
             ),
             c => format!(
-                "{c} (tau {}, sink {}, local {}, moments {}{})",
+                "{c} (tau {}, sink {}, local {}, moments {}{}{})",
                 self.tau(),
                 self.sink(),
                 self.local(),
@@ -521,6 +559,10 @@ impl CriterionArgs {
                 match self.group.as_str() {
                     "head" => String::new(),
                     g => format!(", group {g}"),
+                },
+                match &self.head_taus {
+                    Some(p) => format!(", head taus {}", p.display()),
+                    None => String::new(),
                 }
             ),
         }

@@ -491,3 +491,110 @@ fn model_short_names_resolve_to_the_setup_scripts_files() {
     let o = qada(&["tokenize", "--model", "llama-9000b", "x"]);
     assert_clean_failure(&o, "one of: smollm2-135m, qwen2.5-0.5b, gemma3-270m");
 }
+
+/// `calibrate heads` writes per-head thresholds that `generate --head-taus` runs with; a table
+/// for another model, a damaged table and a criterion without a share are refused.
+#[test]
+fn calibrate_heads_writes_thresholds_that_generate_takes() {
+    let m = model();
+    let m = m.to_str().unwrap();
+    let dir = std::env::temp_dir().join(format!("qada-cal-heads-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("heads.qhta");
+    let out_s = out.to_str().unwrap();
+    let o = qada(&[
+        "calibrate",
+        "heads",
+        "--model",
+        m,
+        "--criterion",
+        "approx",
+        "--prompts",
+        "1",
+        "--length",
+        "1024",
+        "--steps",
+        "8",
+        "--out",
+        out_s,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let printed = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        printed.contains("layer  0: mean tau_h") && printed.contains("heads raised"),
+        "{printed}"
+    );
+    let gen = |model: &str, extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            model,
+            "-p",
+            "hi",
+            "--max-new-tokens",
+            "2",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        qada(&args)
+    };
+    let o = gen(m, &["--criterion", "approx", "--head-taus", out_s]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["criterion"], "approx", "{v}");
+    let o = qada(&[
+        "generate",
+        "--model",
+        m,
+        "-p",
+        "hi",
+        "--max-new-tokens",
+        "2",
+        "--criterion",
+        "approx",
+        "--head-taus",
+        out_s,
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("head taus {out_s}")),
+        "{}",
+        stderr(&o)
+    );
+    assert_clean_failure(
+        &gen(m, &["--criterion", "window", "--head-taus", out_s]),
+        "reports no local share",
+    );
+    let qwen = repo().join("models/qwen2.5-0.5b/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf");
+    if qwen.exists() {
+        assert_clean_failure(
+            &gen(
+                qwen.to_str().unwrap(),
+                &["--criterion", "approx", "--head-taus", out_s],
+            ),
+            "another model",
+        );
+    }
+    let mut damaged = std::fs::read(&out).unwrap();
+    let mid = damaged.len() / 2;
+    damaged[mid] ^= 0x40;
+    let damaged_path = dir.join("damaged.qhta");
+    std::fs::write(&damaged_path, damaged).unwrap();
+    assert_clean_failure(
+        &gen(
+            m,
+            &[
+                "--criterion",
+                "approx",
+                "--head-taus",
+                damaged_path.to_str().unwrap(),
+            ],
+        ),
+        "damaged.qhta",
+    );
+    assert_clean_failure(
+        &qada(&["calibrate", "heads", "--model", m, "--criterion", "static"]),
+        "reports no local share",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

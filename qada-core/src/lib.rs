@@ -78,6 +78,7 @@ pub use criteria::{
     hybrid::Hybrid,
     mixture::Mixture,
     oracle::Oracle,
+    per_head::{calibrate_head_taus, HeadObservation, HeadTaus, PerHead},
     static_heads::{Static, StaticCalibrator, StaticTable},
     window::Window,
 };
@@ -96,6 +97,8 @@ const _: () = {
     send_sync::<Hybrid>();
     send_sync::<Static>();
     send_sync::<StaticTable>();
+    send_sync::<HeadTaus>();
+    send_sync::<PerHead<Approx>>();
     send_sync::<Dense>();
     send_sync::<Window>();
     send_sync::<Box<dyn LocalityCriterion>>();

@@ -50,7 +50,7 @@ pub struct Prober {
 
 /// Dense attention that has the cache keep the bulk summaries another criterion reads, so
 /// that criterion can be probed while decoding stays dense.
-struct DenseKeeping(BulkSummaries);
+pub(crate) struct DenseKeeping(pub(crate) BulkSummaries);
 
 impl LocalityCriterion for DenseKeeping {
     fn decide(&self, _input: &HeadInput<'_>) -> CoreResult<Decision> {

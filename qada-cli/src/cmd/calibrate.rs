@@ -15,6 +15,8 @@ use qada_kv::{MomentsMode, WindowConfig};
 use qada_model::{Model, Session, SessionOptions};
 use qada_stats::MomentTable;
 
+use qada_core::analysis::HeadProbe;
+
 use super::analyze::Prober;
 use crate::common::{fail, load_model, progress_bar, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part};
@@ -34,6 +36,9 @@ enum What {
     /// The criterion and threshold with the fewest K/V bytes within a quality budget of
     /// dense, on calibration text: a setting file for `generate --setting`.
     Tau(super::calibrate_tau::Args),
+    /// Per-head thresholds for a criterion: each head's tau raised until at most a given
+    /// share of the queries the oracle calls long are labeled local (`--head-taus`).
+    Heads(super::calibrate_heads::Args),
 }
 
 #[derive(clap::Args)]
@@ -57,10 +62,9 @@ struct MomentsArgs {
     out: PathBuf,
 }
 
+/// Where calibration prompts come from, and the positions probed in each.
 #[derive(clap::Args)]
-struct StaticArgs {
-    #[command(flatten)]
-    model: ModelArgs,
+pub struct PromptsArgs {
     /// Folder of corpus speeches (default: the setup script's).
     #[arg(long)]
     corpus: Option<PathBuf>,
@@ -73,9 +77,20 @@ struct StaticArgs {
     /// Tokens per corpus prompt.
     #[arg(long, default_value_t = 2048)]
     length: usize,
-    /// Decoding positions labeled per prompt (the last tokens of the prompt, teacher-forced).
+    /// Decoding positions probed per prompt (the last tokens of the prompt, teacher-forced).
     #[arg(long, default_value_t = 32)]
-    steps: usize,
+    pub steps: usize,
+    /// Seed for the choice of corpus text.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(clap::Args)]
+struct StaticArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    prompts: PromptsArgs,
     /// Threshold of the oracle labels.
     #[arg(long, default_value_t = 0.6)]
     tau_static: f64,
@@ -85,9 +100,6 @@ struct StaticArgs {
     /// Local window size.
     #[arg(long, default_value_t = 128)]
     local: usize,
-    /// Seed for the choice of corpus text.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
     /// Output file.
     #[arg(long, default_value = "static.qsta")]
     out: PathBuf,
@@ -98,6 +110,7 @@ pub fn run(a: Args) -> CliResult<()> {
         What::Moments(m) => moments(m),
         What::Static(s) => static_heads(s),
         What::Tau(t) => super::calibrate_tau::run(t),
+        What::Heads(h) => super::calibrate_heads::run(h),
     }
 }
 
@@ -196,8 +209,35 @@ pub fn static_table(
 ) -> CliResult<StaticTable> {
     let mut cal = StaticCalibrator::new(model.signature(), model.config.n_heads, tau.get())?;
     let mut session = Session::new(model, SessionOptions::new(Box::new(Dense), window))?;
+    let mut prober = Prober::default();
+    probe_prompts(
+        &mut session,
+        prompts,
+        steps,
+        "calibration (static heads)",
+        &mut prober,
+        |probes| {
+            for p in probes {
+                cal.observe(p.layer, p.head, p.oracle_local(tau))?;
+            }
+            Ok(())
+        },
+    )?;
+    Ok(cal.finish())
+}
+
+/// Per prompt: prefill all but the last `steps` tokens, then teacher-force those with
+/// `prober` watching; `observe` gets the probes of each step. A progress bar says `what`.
+pub fn probe_prompts(
+    session: &mut Session<'_>,
+    prompts: &[Vec<u32>],
+    steps: usize,
+    what: &str,
+    prober: &mut Prober,
+    mut observe: impl FnMut(&[HeadProbe]) -> CliResult<()>,
+) -> CliResult<()> {
     let total: usize = prompts.iter().map(|p| p.len()).sum();
-    let pb = progress_bar(total as u64, "calibration (static heads)");
+    let pb = progress_bar(total as u64, what);
     let mut done = 0;
     for ids in prompts {
         if ids.len() <= steps {
@@ -210,17 +250,15 @@ pub fn static_table(
         let (head, tail) = ids.split_at(ids.len() - steps);
         session.prefill(head, &mut |n, _| pb.set_position((done + n) as u64))?;
         for (i, &t) in tail.iter().enumerate() {
-            let mut prober = Prober::default();
-            session.step_observed(t, Some(&mut prober))?;
-            for p in &prober.probes {
-                cal.observe(p.layer, p.head, p.oracle_local(tau))?;
-            }
+            prober.probes.clear();
+            session.step_observed(t, Some(&mut *prober))?;
+            observe(&prober.probes)?;
             pb.set_position((done + head.len() + i + 1) as u64);
         }
         done += ids.len();
     }
     pb.finish_and_clear();
-    Ok(cal.finish())
+    Ok(())
 }
 
 /// `n` corpus prompts of `length` tokens from the calibration part.
@@ -241,42 +279,53 @@ pub fn corpus_prompts(
     Ok(prompts)
 }
 
-fn static_heads(a: StaticArgs) -> CliResult<()> {
-    let tau = Tau::new(a.tau_static)?;
-    let model = load_model(&a.model)?;
-    let window = WindowConfig::new(a.sink, a.local)?;
+/// The calibration prompts `p` names (files, or corpus text), each longer than the probed
+/// positions and the local window.
+pub fn calibration_prompts(
+    model: &Model,
+    p: &PromptsArgs,
+    window: WindowConfig,
+) -> CliResult<Vec<Vec<u32>>> {
     let ctx = model.config.context_length;
     let mut prompts: Vec<Vec<u32>> = Vec::new();
-    if a.prompt_files.is_empty() {
-        if a.prompts == 0 {
+    if p.prompt_files.is_empty() {
+        if p.prompts == 0 {
             return fail("--prompts must be at least 1");
         }
-        if a.length > ctx || a.length <= a.steps + window.local() {
+        if p.length > ctx || p.length <= p.steps + window.local() {
             return fail(format!(
                 "--length must exceed --steps + the local window ({}) and fit the context ({ctx})",
-                a.steps + window.local()
+                p.steps + window.local()
             ));
         }
-        let corpus = Corpus::load(a.corpus.as_deref())?;
-        prompts = corpus_prompts(&model, &corpus, a.prompts, a.length, a.seed)?;
+        let corpus = Corpus::load(p.corpus.as_deref())?;
+        prompts = corpus_prompts(model, &corpus, p.prompts, p.length, p.seed)?;
     } else {
-        for p in &a.prompt_files {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+        for file in &p.prompt_files {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
             let mut ids = model.tokenizer.encode(&text)?;
             ids.truncate(ctx);
-            if ids.len() <= a.steps + window.local() {
+            if ids.len() <= p.steps + window.local() {
                 return fail(format!(
                     "{} has {} tokens: a calibration prompt needs more than --steps + the local window ({})",
-                    p.display(),
+                    file.display(),
                     ids.len(),
-                    a.steps + window.local()
+                    p.steps + window.local()
                 ));
             }
             prompts.push(ids);
         }
     }
-    let table = static_table(&model, &prompts, window, a.steps, tau)?;
+    Ok(prompts)
+}
+
+fn static_heads(a: StaticArgs) -> CliResult<()> {
+    let tau = Tau::new(a.tau_static)?;
+    let model = load_model(&a.model)?;
+    let window = WindowConfig::new(a.sink, a.local)?;
+    let prompts = calibration_prompts(&model, &a.prompts, window)?;
+    let table = static_table(&model, &prompts, window, a.prompts.steps, tau)?;
     table.save(&a.out)?;
     let freq = table.frequencies();
     let mean = freq.iter().sum::<f64>() / freq.len().max(1) as f64;
@@ -286,7 +335,7 @@ fn static_heads(a: StaticArgs) -> CliResult<()> {
         freq.len(),
         a.tau_static,
         prompts.len(),
-        a.steps,
+        a.prompts.steps,
         mean
     );
     Ok(())

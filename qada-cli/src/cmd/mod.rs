@@ -3,6 +3,7 @@
 pub mod analyze;
 pub mod bench;
 pub mod calibrate;
+pub mod calibrate_heads;
 pub mod calibrate_tau;
 pub mod eval;
 pub mod generate;

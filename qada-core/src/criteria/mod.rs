@@ -6,5 +6,6 @@ pub mod dense;
 pub mod hybrid;
 pub mod mixture;
 pub mod oracle;
+pub mod per_head;
 pub mod static_heads;
 pub mod window;
