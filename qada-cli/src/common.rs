@@ -299,8 +299,8 @@ pub struct CriterionArgs {
     pub alpha: f64,
     /// Per-head thresholds from `qada calibrate heads`: a head is local when the criterion's
     /// local share reaches its own tau (criteria with a share: approx, mixture, hybrid,
-    /// bound, oracle).
-    #[arg(long)]
+    /// bound, oracle). Needs --criterion: the criterion the table was calibrated for.
+    #[arg(long, requires = "criterion")]
     pub head_taus: Option<PathBuf>,
     /// Element type of the KV cache: f16 (half the memory traffic of f32, llama.cpp's default;
     /// logits within 0.022 of f32 on the reference prompts of the three families, no greedy

@@ -596,5 +596,7 @@ fn calibrate_heads_writes_thresholds_that_generate_takes() {
         &qada(&["calibrate", "heads", "--model", m, "--criterion", "static"]),
         "reports no local share",
     );
+    // a table belongs to the criterion it was calibrated for: never to the shipped default
+    assert_clean_failure(&gen(m, &["--head-taus", out_s]), "--criterion");
     let _ = std::fs::remove_dir_all(&dir);
 }
