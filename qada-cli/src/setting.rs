@@ -17,10 +17,16 @@ use crate::common::{fail, CliResult};
 pub const FORMAT: &str = "qada-setting/1";
 
 /// The settings shipped per model: short name and file contents.
-pub const SHIPPED: &[(&str, &str)] = &[(
-    "smollm2-135m",
-    include_str!("../settings/smollm2-135m.json"),
-)];
+pub const SHIPPED: &[(&str, &str)] = &[
+    (
+        "smollm2-135m",
+        include_str!("../settings/smollm2-135m.json"),
+    ),
+    (
+        "qwen2.5-0.5b",
+        include_str!("../settings/qwen2.5-0.5b.json"),
+    ),
+];
 
 /// The facts that decide whether a setting was made for a model.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -64,6 +70,10 @@ pub struct Evidence {
     pub count: u64,
 }
 
+fn default_min_saving() -> f64 {
+    0.05
+}
+
 /// One method's cheapest threshold within the budget.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct MethodBest {
@@ -93,6 +103,9 @@ pub struct Setting {
     pub local: usize,
     /// Largest drop below dense allowed on any calibration task.
     pub budget: f64,
+    /// Smallest share of dense's K/V bytes a setting had to save to be chosen over dense.
+    #[serde(default = "default_min_saving")]
+    pub min_saving: f64,
     /// K/V bytes read relative to dense, mean over the calibration tasks.
     pub kv_bytes: f64,
     pub evidence: Vec<Evidence>,
@@ -179,11 +192,27 @@ impl Setting {
             })
             .collect();
         if self.criterion == "dense" {
-            format!(
-                "none of {} settings tried stayed within {} of dense on calibration text",
-                self.tried.saturating_sub(1),
-                self.budget
-            )
+            let cheapest = self
+                .per_method
+                .iter()
+                .filter_map(|m| Some((m, m.tau?, m.kv_bytes?)))
+                .min_by(|a, b| a.2.total_cmp(&b.2));
+            match cheapest {
+                Some((m, t, kv)) => format!(
+                    "the cheapest of {} settings tried within {} of dense on calibration text \
+                     ({} at tau {t}) reads {kv:.3}x dense: less than the {} saving a setting \
+                     must bring",
+                    self.tried.saturating_sub(1),
+                    self.budget,
+                    m.method,
+                    self.min_saving
+                ),
+                None => format!(
+                    "none of {} settings tried stayed within {} of dense on calibration text",
+                    self.tried.saturating_sub(1),
+                    self.budget
+                ),
+            }
         } else {
             format!(
                 "the fewest K/V bytes ({:.3}x dense) of {} settings tried within {} of dense \

@@ -365,6 +365,7 @@ pub fn run(a: Args) -> CliResult<()> {
         sink: a.sink,
         local: a.local,
         budget: a.budget,
+        min_saving: a.min_saving,
         kv_bytes: choice.kv_bytes,
         evidence: choice.evidence,
         tried: choice.tried,
