@@ -32,6 +32,22 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// `generate` on `model` with a two-token JSON answer to "hi", plus `extra` flags.
+fn generate_json(model: &str, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "generate",
+        "--model",
+        model,
+        "-p",
+        "hi",
+        "--max-new-tokens",
+        "2",
+        "--json",
+    ];
+    args.extend_from_slice(extra);
+    qada(&args)
+}
+
 /// A failure with a message and no panic.
 fn assert_clean_failure(o: &Output, needle: &str) {
     let e = stderr(o);
@@ -110,20 +126,7 @@ fn calibrate_tau_writes_a_setting_that_generate_takes() {
         "{setting}"
     );
     assert_eq!(setting["tried"], 2);
-    let gen = |extra: &[&str]| {
-        let mut args = vec![
-            "generate",
-            "--model",
-            m,
-            "-p",
-            "hi",
-            "--max-new-tokens",
-            "2",
-            "--json",
-        ];
-        args.extend_from_slice(extra);
-        qada(&args)
-    };
+    let gen = |extra: &[&str]| generate_json(m, extra);
     let o = gen(&["--setting", out_s]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -524,20 +527,7 @@ fn calibrate_heads_writes_thresholds_that_generate_takes() {
         printed.contains("layer  0: mean tau_h") && printed.contains("heads raised"),
         "{printed}"
     );
-    let gen = |model: &str, extra: &[&str]| {
-        let mut args = vec![
-            "generate",
-            "--model",
-            model,
-            "-p",
-            "hi",
-            "--max-new-tokens",
-            "2",
-            "--json",
-        ];
-        args.extend_from_slice(extra);
-        qada(&args)
-    };
+    let gen = generate_json;
     let o = gen(m, &["--criterion", "approx", "--head-taus", out_s]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

@@ -27,6 +27,9 @@ fn count(layout: Layout) {
     }
 }
 
+// SAFETY: every method forwards to `System` with the caller's own pointer, layout and size
+// unchanged, so `System`'s guarantees (and the caller's obligations) carry over; counting only
+// touches atomics and a fixed array, and never allocates.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if COUNTING.load(Ordering::Relaxed) {

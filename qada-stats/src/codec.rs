@@ -130,6 +130,21 @@ pub fn read_file(path: &std::path::Path) -> Result<Vec<u8>> {
     })
 }
 
+/// Check the container, read the model signature it starts with and, with `expected`,
+/// refuse a file made for another model: what every per-model table does first.
+pub fn open_for_model<'a>(
+    bytes: &'a [u8],
+    format: &Format,
+    expected: Option<&crate::ModelSignature>,
+) -> Result<(Decoder<'a>, crate::ModelSignature)> {
+    let mut dec = open(bytes, format)?;
+    let signature = crate::ModelSignature::decode(&mut dec)?;
+    if let Some(expected) = expected {
+        signature.check_matches(expected)?;
+    }
+    Ok((dec, signature))
+}
+
 /// Check the container and return a decoder over its payload.
 pub fn open<'a>(bytes: &'a [u8], format: &Format) -> Result<Decoder<'a>> {
     if bytes.len() < 8 || bytes[..8] != format.magic {

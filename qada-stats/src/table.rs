@@ -200,11 +200,7 @@ impl MomentTable {
 
     /// Decode a file; with `expected`, also refuse a table made for another model.
     pub fn from_bytes(bytes: &[u8], expected: Option<&ModelSignature>) -> Result<Self> {
-        let mut dec = codec::open(bytes, &FORMAT)?;
-        let signature = ModelSignature::decode(&mut dec)?;
-        if let Some(expected) = expected {
-            signature.check_matches(expected)?;
-        }
+        let (mut dec, signature) = codec::open_for_model(bytes, &FORMAT, expected)?;
         let table = Self::decode_body(&mut dec, signature)?;
         dec.finish()?;
         Ok(table)

@@ -23,6 +23,7 @@ use super::eval::configs::{configs, parse_groups, parse_list, parse_methods};
 use super::eval::records::RecordLog;
 use super::eval::rows::{rows, Row, ACCURACY};
 use super::eval::sweep::{EvalTask, Sweep};
+use super::eval::ANSWER_ROOM;
 use crate::common::{fail, load_model, parse_kv, progress_bar, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part, SPLIT_YEAR};
 use crate::setting::{Evidence, MethodBest, ModelId, Setting, FORMAT};
@@ -85,9 +86,6 @@ pub struct Args {
     #[arg(long, default_value = "setting.json")]
     out: PathBuf,
 }
-
-/// Tokens kept free after the longest prompt (answers and fidelity steps).
-const ANSWER_ROOM: usize = 512;
 
 /// Methods a setting may use: those `generate` can run without a table.
 const SETTING_METHODS: &[&str] = &["approx-current", "bound", "mixture", "hybrid"];

@@ -135,11 +135,7 @@ impl StaticTable {
 
     /// Decode a file; with `expected`, also refuse a table made for another model.
     pub fn from_bytes(bytes: &[u8], expected: Option<&ModelSignature>) -> Result<Self> {
-        let mut dec = codec::open(bytes, &FORMAT)?;
-        let signature = ModelSignature::decode(&mut dec)?;
-        if let Some(expected) = expected {
-            signature.check_matches(expected)?;
-        }
+        let (mut dec, signature) = codec::open_for_model(bytes, &FORMAT, expected)?;
         let at = dec.offset();
         let n_heads = dec.u64("head count")?;
         let tau_static = dec.f64("tau_static")?;

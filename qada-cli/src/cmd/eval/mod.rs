@@ -119,7 +119,7 @@ const QUICK_TAUS: &[f64] = &[0.6, 0.9];
 const QUICK_ALPHAS: &[f64] = &[0.5];
 
 /// Tokens kept free after the longest prompt (answers and fidelity steps).
-const ANSWER_ROOM: usize = 512;
+pub(crate) const ANSWER_ROOM: usize = 512;
 
 /// The default lengths: 1024 doubling to 16384, the last clipped to the context less
 /// [`ANSWER_ROOM`].
