@@ -185,5 +185,73 @@ fn gqa_group7_q8_vs_f16(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, per_head, gqa_block, gqa_group7_q8_vs_f16);
+/// The decisions of one GQA group of 3 query heads (SmolLM2's) at T = 4096, d = 64: QAdA and
+/// the 4-cluster mixture, head by head (`decide` three times) against the group at once
+/// (`decide_group`: each covariance read once for the three heads).
+fn group_decisions(c: &mut Criterion) {
+    use qada_core::{Decision, Mixture};
+    use qada_stats::ClusterMoments;
+    const H: usize = 3;
+    const T: usize = 4096;
+    let keys = data(T, 0.0);
+    let w = T - (LOCAL - SINK);
+    let bulk = &keys[SINK * D..w * D];
+    let moments = KeyMoments::from_rows(D, bulk).unwrap();
+    let mut clusters = ClusterMoments::new(D, 4).unwrap();
+    clusters.fit(bulk.into()).unwrap();
+    let scale = 1.0 / (D as f32).sqrt();
+    let qs: Vec<Vec<f32>> = (0..H)
+        .map(|h| (0..D).map(|i| ((i + 7 * h) as f32 * 0.3).cos()).collect())
+        .collect();
+    let local: Vec<Vec<f32>> = qs
+        .iter()
+        .map(|q| {
+            let mut s = vec![0.0f32; LOCAL];
+            scores(q, (&keys[..SINK * D]).into(), scale, &mut s[..SINK]);
+            scores(q, (&keys[w * D..]).into(), scale, &mut s[SINK..]);
+            s
+        })
+        .collect();
+    let inputs: Vec<HeadInput<'_>> = (0..H)
+        .map(|h| HeadInput {
+            layer: 0,
+            head: h,
+            query: &qs[h],
+            scale,
+            local_scores: &local[h],
+            bulk_len: w - SINK,
+            bulk_moments: &moments,
+            bulk_keys: bulk.into(),
+            bulk_pages: None,
+            bulk_clusters: Some(&clusters),
+        })
+        .collect();
+    let mut out = [Decision::LONG; H];
+    let mut group = c.benchmark_group("group3_decision_d64_4096");
+    let approx = Approx::new(0.6).unwrap();
+    let mixture = Mixture::new(0.6, 4).unwrap();
+    let criteria: [(&str, &dyn LocalityCriterion); 2] =
+        [("approx", &approx), ("mixture", &mixture)];
+    for (name, crit) in criteria {
+        group.bench_function(BenchmarkId::new(name, "head_by_head"), |b| {
+            b.iter(|| {
+                for (i, o) in inputs.iter().zip(out.iter_mut()) {
+                    *o = crit.decide(black_box(i)).unwrap();
+                }
+            })
+        });
+        group.bench_function(BenchmarkId::new(name, "group"), |b| {
+            b.iter(|| crit.decide_group(black_box(&inputs), &mut out).unwrap())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(
+    benches,
+    per_head,
+    gqa_block,
+    gqa_group7_q8_vs_f16,
+    group_decisions
+);
 criterion_main!(benches);

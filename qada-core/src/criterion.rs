@@ -221,20 +221,92 @@ pub(crate) fn decide_adaptive(
 ) -> Result<Decision> {
     check_input(input)?;
     if input.bulk_len == 0 {
-        return Ok(Decision {
-            local: true,
-            log_local_share: Some(0.0),
+        return Ok(adaptive_decision(tau, input, f64::NAN));
+    }
+    Ok(adaptive_decision(tau, input, log_bulk_mass(input)?))
+}
+
+/// Heads [`decide_adaptive_group`] hands to `log_bulk_masses` at once.
+pub(crate) const GROUP_BATCH: usize = 8;
+
+/// [`decide_adaptive`] for the query heads of one group, their bulk masses estimated together
+/// by `log_bulk_masses` (`ln A_bulk` of up to [`GROUP_BATCH`] heads, all with a bulk): a
+/// criterion whose estimate of one head equals its estimate in a batch decides each head as
+/// [`decide_adaptive`] does. Returns true when any head is long-context.
+pub(crate) fn decide_adaptive_group(
+    tau: Tau,
+    inputs: &[HeadInput<'_>],
+    out: &mut [Decision],
+    log_bulk_masses: impl Fn(&[HeadInput<'_>], &mut [f64]) -> Result<()>,
+) -> Result<bool> {
+    if inputs.len() != out.len() {
+        return Err(CoreError::DimensionMismatch {
+            what: "decisions of a group",
+            expected: inputs.len(),
+            found: out.len(),
         });
     }
-    let log_bulk = log_bulk_mass(input)?;
+    let mut masses = [f64::NAN; GROUP_BATCH];
+    let mut any_long = false;
+    for (inputs, out) in inputs.chunks(GROUP_BATCH).zip(out.chunks_mut(GROUP_BATCH)) {
+        let masses = &mut masses[..inputs.len()];
+        for input in inputs {
+            check_input(input)?;
+        }
+        if inputs.iter().all(|i| i.bulk_len > 0) {
+            log_bulk_masses(inputs, masses)?;
+        } else {
+            for (input, m) in inputs.iter().zip(masses.iter_mut()) {
+                if input.bulk_len > 0 {
+                    log_bulk_masses(std::slice::from_ref(input), std::slice::from_mut(m))?;
+                }
+            }
+        }
+        for ((input, o), &m) in inputs.iter().zip(out.iter_mut()).zip(masses.iter()) {
+            *o = adaptive_decision(tau, input, m);
+            any_long |= !o.local;
+        }
+    }
+    Ok(any_long)
+}
+
+/// Local iff `lse(s_I) - lse(lse(s_I), ln A_bulk) >= ln tau`; with no bulk, local with share 1
+/// (`log_bulk` unused); a NaN or `+inf` share is reported as NaN and never local.
+fn adaptive_decision(tau: Tau, input: &HeadInput<'_>, log_bulk: f64) -> Decision {
+    if input.bulk_len == 0 {
+        return Decision {
+            local: true,
+            log_local_share: Some(0.0),
+        };
+    }
     let log_local = crate::lse::lse(input.local_scores);
     let mut share = crate::lse::log_local_share(log_local, log_bulk);
     if share.is_nan() || share == f64::INFINITY {
         share = f64::NAN;
     }
-    Ok(Decision {
+    Decision {
         local: tau.is_local(share),
         log_local_share: Some(share),
+    }
+}
+
+/// True when every input shares the first's bulk length and scale and `summary` of it points
+/// at the same object (one KV head's summary): then one batched estimate serves the group.
+pub(crate) fn shares_summary(
+    inputs: &[HeadInput<'_>],
+    summary: impl Fn(&HeadInput<'_>) -> Option<*const ()>,
+) -> bool {
+    let Some(first) = inputs.first() else {
+        return true;
+    };
+    let s0 = summary(first);
+    inputs.iter().all(|i| {
+        i.bulk_len == first.bulk_len
+            && i.scale == first.scale
+            && match (summary(i), s0) {
+                (Some(a), Some(b)) => std::ptr::eq(a, b),
+                _ => false,
+            }
     })
 }
 

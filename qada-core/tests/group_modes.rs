@@ -7,9 +7,10 @@ use common::{scores_f64, Head};
 use proptest::prelude::*;
 use qada_core::attention::scores;
 use qada_core::{
-    attend_layer, Decision, Dense, GroupMode, Grouped, HeadInput, KvSegments, LayerScratch,
-    LocalityCriterion, Oracle, Window,
+    attend_layer, Approx, Decision, Dense, GroupMode, Grouped, HeadInput, KvSegments, LayerScratch,
+    LocalityCriterion, Mixture, Oracle, Window,
 };
+use qada_stats::ClusterMoments;
 
 /// One KV head shared by `qs.len()` query heads.
 #[derive(Debug)]
@@ -179,6 +180,66 @@ proptest! {
         for (a, b) in all.iter().zip(&dense) {
             prop_assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "{} vs {}", a, b);
         }
+    }
+}
+
+/// Groups of up to 11 heads (beyond one batch of 8) with keys long enough for the SIMD lanes.
+fn wide_group_strategy() -> impl Strategy<Value = Group> {
+    (1usize..24, 0usize..4, 1usize..8, 1usize..60, 1usize..12).prop_flat_map(
+        |(d, sink, extra, t, n)| {
+            (
+                prop::collection::vec(-2.0f32..2.0, t * d..=t * d),
+                prop::collection::vec(prop::collection::vec(-3.0f32..3.0, d..=d), n..=n),
+            )
+                .prop_map(move |(keys, qs)| {
+                    let values = keys.iter().map(|k| 1.0 - k).collect();
+                    Group::new(Head::new(d, sink, sink + extra, keys, values), qs)
+                })
+        },
+    )
+}
+
+/// Each head decided alone, through `decide`.
+fn head_by_head(c: &impl LocalityCriterion, inputs: &[HeadInput<'_>]) -> Vec<Decision> {
+    inputs.iter().map(|i| c.decide(i).unwrap()).collect()
+}
+
+/// Shares compared bit for bit (NaN equals NaN).
+fn same_bits(a: &[Decision], b: &[Decision]) -> bool {
+    let bits = |d: &Decision| (d.local, d.log_local_share.map(f64::to_bits));
+    a.iter().map(bits).eq(b.iter().map(bits))
+}
+
+proptest! {
+    /// QAdA and the mixture estimate a group's heads together (one read of the moments or the
+    /// clusters for the group): every decision equals the head's alone, bit for bit.
+    #[test]
+    fn batched_group_estimates_equal_head_by_head(
+        g in wide_group_strategy(), tau in 0.05f64..0.95, k in 1usize..5,
+    ) {
+        let mut inputs = g.inputs();
+        let approx = Approx::new(tau).unwrap();
+        let mut out = vec![Decision::LONG; inputs.len()];
+        let any_long = approx.decide_group(&inputs, &mut out).unwrap();
+        let alone = head_by_head(&approx, &inputs);
+        prop_assert!(same_bits(&out, &alone), "{:?} vs {:?}", out, alone);
+        prop_assert_eq!(any_long, alone.iter().any(|d| !d.local));
+
+        let mut clusters = ClusterMoments::new(g.head.d, k).unwrap();
+        clusters.fit(g.head.segments().bulk_keys).unwrap();
+        for i in inputs.iter_mut() {
+            i.bulk_clusters = Some(&clusters);
+        }
+        let mixture = Mixture::new(tau, k).unwrap();
+        let any_long = mixture.decide_group(&inputs, &mut out).unwrap();
+        let alone = head_by_head(&mixture, &inputs);
+        prop_assert!(same_bits(&out, &alone), "{:?} vs {:?}", out, alone);
+        prop_assert_eq!(any_long, alone.iter().any(|d| !d.local));
+        // heads of other KV heads in one call: each still decided on its own clusters
+        let other = ClusterMoments::new(g.head.d, k).unwrap();
+        inputs[0].bulk_clusters = Some(&other);
+        mixture.decide_group(&inputs, &mut out).unwrap();
+        prop_assert!(same_bits(&out, &head_by_head(&mixture, &inputs)));
     }
 }
 

@@ -51,6 +51,7 @@ mod moments;
 mod packed;
 mod pages;
 mod q8;
+mod quad;
 mod rows;
 mod score;
 mod signature;

@@ -21,7 +21,7 @@
 
 use ndarray::{Array1, Array2, ArrayView2};
 
-use crate::{packed, Result, StatsError};
+use crate::{packed, quad, Result, StatsError};
 
 /// Streaming mean and population covariance of d-dimensional keys.
 #[derive(Clone, Debug, PartialEq)]
@@ -324,37 +324,52 @@ impl KeyMoments {
         Ok(q.iter().zip(&self.mean).map(|(&a, &b)| a as f64 * b).sum())
     }
 
-    /// `q^T Sigma q` in f64 from the packed upper triangle: `O(d^2 / 2)`, with four independent
-    /// accumulators per row so the products pipeline (and vectorize).
+    /// `q^T Sigma q` in f64 from the packed upper triangle: `O(d^2 / 2)` (see [`crate::quad`]).
     pub fn quad_form(&self, q: &[f32]) -> Result<f64> {
-        self.check_dim(q.len())?;
+        let mut out = [0.0];
+        self.quad_forms(&[q], &mut out)?;
+        Ok(out[0])
+    }
+
+    /// `out[h] = q_h^T Sigma q_h` for a batch of queries (the query heads of a GQA group), with
+    /// one read of `Sigma` per [`crate::quad`] batch: each value equals
+    /// [`KeyMoments::quad_form`] of its query alone, bit for bit.
+    pub fn quad_forms(&self, qs: &[&[f32]], out: &mut [f64]) -> Result<()> {
+        if qs.len() != out.len() {
+            return Err(StatsError::ShapeMismatch {
+                what: "quadratic forms: outputs vs queries",
+                expected: qs.len(),
+                found: out.len(),
+            });
+        }
+        for q in qs {
+            self.check_dim(q.len())?;
+        }
         if self.count == 0 {
-            return Ok(0.0);
+            out.fill(0.0);
+            return Ok(());
         }
         let d = self.dim;
-        let (mut stack, mut heap) = ([0.0f64; STACK_DIM], Vec::new());
-        let q64 = scratch(&mut stack, &mut heap, d);
-        q64.iter_mut().zip(q).for_each(|(a, &b)| *a = b as f64);
-        let mut total = 0.0;
-        for (i, r) in packed::rows(d) {
-            let row = &self.m2[r];
-            let qs = &q64[i..];
-            // off-diagonal terms count twice: q_i (M_ii q_i + 2 sum_{j > i} M_ij q_j)
-            let mut acc = [0.0f64; 4];
-            let (head, tail) = (row[1..].chunks_exact(4), qs[1..].chunks_exact(4));
-            let (rr, qr) = (head.remainder(), tail.remainder());
-            for (m, x) in head.zip(tail) {
-                for k in 0..4 {
-                    acc[k] += m[k] * x[k];
-                }
+        let n = self.count as f64;
+        // f64 copies of as many queries as fit in STACK_QUERIES values (one at least)
+        let per = (STACK_QUERIES / d.max(1)).clamp(1, quad::BATCH);
+        let (mut stack, mut heap) = ([0.0f64; STACK_QUERIES], Vec::new());
+        for (qs, out) in qs.chunks(per).zip(out.chunks_mut(per)) {
+            let buf: &mut [f64] = if qs.len() * d <= STACK_QUERIES {
+                &mut stack[..qs.len() * d]
+            } else {
+                heap.resize(qs.len() * d, 0.0);
+                &mut heap
+            };
+            for (row, q) in buf.chunks_exact_mut(d).zip(qs) {
+                row.iter_mut()
+                    .zip(q.iter())
+                    .for_each(|(a, &b)| *a = b as f64);
             }
-            let mut off_diag = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-            for (m, x) in rr.iter().zip(qr) {
-                off_diag += m * x;
-            }
-            total += qs[0] * (row[0] * qs[0] + 2.0 * off_diag);
+            quad::packed_quad_forms(&self.m2, d, buf, out);
+            out.iter_mut().for_each(|o| *o /= n);
         }
-        Ok(total / self.count as f64)
+        Ok(())
     }
 
     fn check_dim(&self, found: usize) -> Result<()> {
@@ -370,6 +385,9 @@ impl KeyMoments {
 
 /// Head dimensions up to this use stack scratch in the per-token paths (no allocation).
 const STACK_DIM: usize = 256;
+
+/// f64 values of queries [`KeyMoments::quad_forms`] converts on the stack: 8 heads of 64.
+const STACK_QUERIES: usize = 512;
 
 /// `d` f64 of scratch: on the stack when `d <= STACK_DIM`, else in `heap`.
 fn scratch<'a>(stack: &'a mut [f64; STACK_DIM], heap: &'a mut Vec<f64>, d: usize) -> &'a mut [f64] {

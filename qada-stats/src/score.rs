@@ -14,6 +14,9 @@ use ndarray::ArrayView1;
 
 use crate::{KeyMoments, Result};
 
+/// Queries [`GaussianScore::batch`] scores per call of [`KeyDistribution::quad_forms`].
+const BATCH: usize = 8;
+
 /// Up to this length a non-contiguous query view is copied on the stack.
 const STACK_QUERY: usize = 256;
 
@@ -47,6 +50,22 @@ pub trait KeyDistribution: Send + Sync + std::fmt::Debug {
     fn mean_dot(&self, q: &[f32]) -> Result<f64>;
     /// `q Sigma_K q^T`.
     fn quad_form(&self, q: &[f32]) -> Result<f64>;
+    /// `out[h] = q_h Sigma_K q_h^T` for a batch of queries (the query heads of a GQA group);
+    /// each value equals [`KeyDistribution::quad_form`] of its query. Query by query unless
+    /// overridden ([`KeyMoments`] reads its matrix once a batch).
+    fn quad_forms(&self, qs: &[&[f32]], out: &mut [f64]) -> Result<()> {
+        if qs.len() != out.len() {
+            return Err(crate::StatsError::ShapeMismatch {
+                what: "quadratic forms: outputs vs queries",
+                expected: qs.len(),
+                found: out.len(),
+            });
+        }
+        for (q, o) in qs.iter().zip(out.iter_mut()) {
+            *o = self.quad_form(q)?;
+        }
+        Ok(())
+    }
     /// `q . mu_K` for a query given as an `ndarray` view (of any stride).
     fn mean_dot_view(&self, q: ArrayView1<'_, f32>) -> Result<f64> {
         with_query(q, |q| self.mean_dot(q))
@@ -70,6 +89,9 @@ impl KeyDistribution for KeyMoments {
     fn quad_form(&self, q: &[f32]) -> Result<f64> {
         KeyMoments::quad_form(self, q)
     }
+    fn quad_forms(&self, qs: &[&[f32]], out: &mut [f64]) -> Result<()> {
+        KeyMoments::quad_forms(self, qs, out)
+    }
 }
 
 impl<D: KeyDistribution + ?Sized> KeyDistribution for &D {
@@ -84,6 +106,9 @@ impl<D: KeyDistribution + ?Sized> KeyDistribution for &D {
     }
     fn quad_form(&self, q: &[f32]) -> Result<f64> {
         (**self).quad_form(q)
+    }
+    fn quad_forms(&self, qs: &[&[f32]], out: &mut [f64]) -> Result<()> {
+        (**self).quad_forms(qs, out)
     }
     fn mean_dot_view(&self, q: ArrayView1<'_, f32>) -> Result<f64> {
         (**self).mean_dot_view(q)
@@ -103,12 +128,48 @@ pub struct GaussianScore {
 }
 
 impl GaussianScore {
+    /// The score of zero mean and variance.
+    pub const ZERO: GaussianScore = GaussianScore {
+        mu_s: 0.0,
+        sigma2_s: 0.0,
+    };
+
     /// Score moments of query `q` under `keys`, with the attention scale (usually
     /// `1 / sqrt(d)`).
     pub fn new<D: KeyDistribution + ?Sized>(q: &[f32], keys: &D, scale: f64) -> Result<Self> {
-        let mu_s = scale * keys.mean_dot(q)?;
-        let sigma2_s = (scale * scale * keys.quad_form(q)?).max(0.0);
-        Ok(GaussianScore { mu_s, sigma2_s })
+        let mut out = [GaussianScore::ZERO];
+        GaussianScore::batch(&[q], keys, scale, &mut out)?;
+        Ok(out[0])
+    }
+
+    /// [`GaussianScore::new`] for a batch of queries against one key distribution (the query
+    /// heads of a GQA group and their KV head's moments): the quadratic forms go through
+    /// [`KeyDistribution::quad_forms`], so each score equals its query's alone, bit for bit.
+    pub fn batch<D: KeyDistribution + ?Sized>(
+        qs: &[&[f32]],
+        keys: &D,
+        scale: f64,
+        out: &mut [GaussianScore],
+    ) -> Result<()> {
+        if qs.len() != out.len() {
+            return Err(crate::StatsError::ShapeMismatch {
+                what: "Gaussian scores: outputs vs queries",
+                expected: qs.len(),
+                found: out.len(),
+            });
+        }
+        let mut quad = [0.0f64; BATCH];
+        for (qs, out) in qs.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            let quad = &mut quad[..qs.len()];
+            keys.quad_forms(qs, quad)?;
+            for ((q, o), &qf) in qs.iter().zip(out.iter_mut()).zip(quad.iter()) {
+                *o = GaussianScore {
+                    mu_s: scale * keys.mean_dot(q)?,
+                    sigma2_s: (scale * scale * qf).max(0.0),
+                };
+            }
+        }
+        Ok(())
     }
 
     /// [`GaussianScore::new`] for a query given as an `ndarray` view of length `d` (of any

@@ -5,10 +5,10 @@
 //! `den = lse([num, log_bulk])`, local iff `num - den >= ln tau`. Cost `O(d^2)` beyond the
 //! local scores, independent of `T`.
 
-use qada_stats::GaussianScore;
+use qada_stats::{GaussianScore, KeyDistribution};
 
-use crate::criterion::decide_adaptive;
-use crate::{Decision, HeadInput, LocalityCriterion, Result, Tau};
+use crate::criterion::{decide_adaptive, decide_adaptive_group, shares_summary, GROUP_BATCH};
+use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
 
 /// The query-adaptive approximate criterion.
 #[derive(Clone, Copy, Debug)]
@@ -29,17 +29,62 @@ impl Approx {
     }
     /// `log A_bulk_hat`; NaN when there are no moments to estimate from.
     pub fn log_bulk_mass(input: &HeadInput<'_>) -> Result<f64> {
-        if input.bulk_moments.count() == 0 {
-            return Ok(f64::NAN);
+        let mut out = [f64::NAN];
+        Self::log_bulk_masses(std::slice::from_ref(input), &mut out)?;
+        Ok(out[0])
+    }
+
+    /// [`Approx::log_bulk_mass`] of each head of a group: when they share one KV head's
+    /// moments, its covariance is read once for the group ([`GaussianScore::batch`]); each value
+    /// equals the head's alone, bit for bit.
+    pub fn log_bulk_masses(inputs: &[HeadInput<'_>], out: &mut [f64]) -> Result<()> {
+        if inputs.len() != out.len() {
+            return Err(CoreError::DimensionMismatch {
+                what: "bulk masses of a group",
+                expected: inputs.len(),
+                found: out.len(),
+            });
         }
-        let g = GaussianScore::new(input.query, input.bulk_moments, input.scale as f64)?;
-        Ok(g.log_bulk_mass(input.bulk_len))
+        let moments_of =
+            |i: &HeadInput<'_>| Some(i.bulk_moments as *const dyn KeyDistribution as *const ());
+        if inputs.len() > 1 && (inputs.len() > GROUP_BATCH || !shares_summary(inputs, moments_of)) {
+            for (input, o) in inputs.iter().zip(out.iter_mut()) {
+                Self::log_bulk_masses(std::slice::from_ref(input), std::slice::from_mut(o))?;
+            }
+            return Ok(());
+        }
+        let Some(first) = inputs.first() else {
+            return Ok(());
+        };
+        if first.bulk_moments.count() == 0 {
+            out.fill(f64::NAN);
+            return Ok(());
+        }
+        let mut queries: [&[f32]; GROUP_BATCH] = [&[]; GROUP_BATCH];
+        for (q, input) in queries.iter_mut().zip(inputs) {
+            *q = input.query;
+        }
+        let mut scores = [GaussianScore::ZERO; GROUP_BATCH];
+        let scores = &mut scores[..inputs.len()];
+        GaussianScore::batch(
+            &queries[..inputs.len()],
+            first.bulk_moments,
+            first.scale as f64,
+            scores,
+        )?;
+        for (o, g) in out.iter_mut().zip(scores.iter()) {
+            *o = g.log_bulk_mass(first.bulk_len);
+        }
+        Ok(())
     }
 }
 
 impl LocalityCriterion for Approx {
     fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
         decide_adaptive(self.tau, input, Self::log_bulk_mass)
+    }
+    fn decide_group(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<bool> {
+        decide_adaptive_group(self.tau, inputs, out, Self::log_bulk_masses)
     }
     fn tau(&self) -> Option<Tau> {
         Some(self.tau)

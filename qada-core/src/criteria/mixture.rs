@@ -11,9 +11,9 @@
 //! `lse(s_I) - lse(lse(s_I), ln A_bulk_hat) >= ln tau`. With `k = 1` it is QAdA. Cost
 //! `O(k d^2)`.
 
-use qada_stats::{BulkSummaries, GaussianScore};
+use qada_stats::{BulkSummaries, ClusterMoments, GaussianScore};
 
-use crate::criterion::decide_adaptive;
+use crate::criterion::{decide_adaptive, decide_adaptive_group, shares_summary, GROUP_BATCH};
 use crate::lse::lse2;
 use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
 
@@ -60,40 +60,83 @@ impl Mixture {
     /// [`CoreError::MissingBulkSummary`] without cluster moments;
     /// [`CoreError::DimensionMismatch`] when their keys have another length than the query.
     pub fn log_bulk_mass(input: &HeadInput<'_>) -> Result<f64> {
-        let clusters = input.bulk_clusters.ok_or(CoreError::MissingBulkSummary {
+        let mut out = [f64::NAN];
+        Self::log_bulk_masses(std::slice::from_ref(input), &mut out)?;
+        Ok(out[0])
+    }
+
+    /// [`Mixture::log_bulk_mass`] of each head of a group: when they share one KV head's
+    /// clusters, each cluster's covariance is read once for the group
+    /// ([`GaussianScore::batch`]); each value equals the head's alone, bit for bit.
+    pub fn log_bulk_masses(inputs: &[HeadInput<'_>], out: &mut [f64]) -> Result<()> {
+        if inputs.len() != out.len() {
+            return Err(CoreError::DimensionMismatch {
+                what: "bulk masses of a group",
+                expected: inputs.len(),
+                found: out.len(),
+            });
+        }
+        let clusters_of = |i: &HeadInput<'_>| {
+            i.bulk_clusters
+                .map(|c| c as *const ClusterMoments as *const ())
+        };
+        if inputs.len() > 1 && (inputs.len() > GROUP_BATCH || !shares_summary(inputs, clusters_of))
+        {
+            for (input, o) in inputs.iter().zip(out.iter_mut()) {
+                Self::log_bulk_masses(std::slice::from_ref(input), std::slice::from_mut(o))?;
+            }
+            return Ok(());
+        }
+        let Some(first) = inputs.first() else {
+            return Ok(());
+        };
+        let clusters = first.bulk_clusters.ok_or(CoreError::MissingBulkSummary {
             criterion: "mixture",
             summary: "cluster moments",
         })?;
-        if clusters.dim() != input.query.len() {
-            return Err(CoreError::DimensionMismatch {
-                what: "cluster moments: key length vs query length",
-                expected: input.query.len(),
-                found: clusters.dim(),
-            });
+        let mut queries: [&[f32]; GROUP_BATCH] = [&[]; GROUP_BATCH];
+        for (q, input) in queries.iter_mut().zip(inputs) {
+            if clusters.dim() != input.query.len() {
+                return Err(CoreError::DimensionMismatch {
+                    what: "cluster moments: key length vs query length",
+                    expected: input.query.len(),
+                    found: clusters.dim(),
+                });
+            }
+            *q = input.query;
         }
         let total = clusters.count();
         if total == 0 {
-            return Ok(f64::NAN);
+            out.fill(f64::NAN);
+            return Ok(());
         }
         // ln(T_bulk / sum_c n_c): 0 when the clusters hold the bulk, as in a cache
-        let rescale = if total == input.bulk_len as u64 {
+        let rescale = if total == first.bulk_len as u64 {
             0.0
         } else {
-            (input.bulk_len as f64).ln() - (total as f64).ln()
+            (first.bulk_len as f64).ln() - (total as f64).ln()
         };
-        let mut log_mass = f64::NEG_INFINITY;
+        let queries = &queries[..inputs.len()];
+        let mut scores = [GaussianScore::ZERO; GROUP_BATCH];
+        let scores = &mut scores[..inputs.len()];
+        out.fill(f64::NEG_INFINITY);
         for c in clusters.clusters() {
-            let g = GaussianScore::new(input.query, c, input.scale as f64)?;
+            GaussianScore::batch(queries, c, first.scale as f64, scores)?;
             let n = usize::try_from(c.count()).unwrap_or(usize::MAX);
-            log_mass = lse2(log_mass, g.log_bulk_mass(n) + rescale);
+            for (o, g) in out.iter_mut().zip(scores.iter()) {
+                *o = lse2(*o, g.log_bulk_mass(n) + rescale);
+            }
         }
-        Ok(log_mass)
+        Ok(())
     }
 }
 
 impl LocalityCriterion for Mixture {
     fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
         decide_adaptive(self.tau, input, Self::log_bulk_mass)
+    }
+    fn decide_group(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<bool> {
+        decide_adaptive_group(self.tau, inputs, out, Self::log_bulk_masses)
     }
     fn tau(&self) -> Option<Tau> {
         Some(self.tau)

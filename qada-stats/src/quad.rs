@@ -1,0 +1,192 @@
+//! The quadratic form `q M q^T` over a packed symmetric matrix, for a batch of queries.
+//!
+//! `q M q^T = sum_i q_i (M_ii q_i + 2 sum_{j > i} M_ij q_j)`: one walk over the packed rows
+//! ([`crate::packed`]). Each row is read once for every query of the batch (the query heads of
+//! a GQA group share their KV head's moments), so a group reads the matrix once, not once a
+//! head. Every query keeps its own f64 accumulators, in an order that does not depend on the
+//! batch: a query's result is the same alone or batched, on either path.
+//!
+//! The AVX2 path keeps the portable path's four accumulator lanes (`j - i - 1 mod 4`) in one
+//! 256-bit register of f64 and adds them in the same pairs; it differs from the portable path
+//! only by the rounding of fused multiply-adds.
+
+use crate::packed;
+use crate::simd::Avx2;
+
+/// Queries per pass over the matrix: their accumulators stay in registers.
+pub(crate) const BATCH: usize = 8;
+
+/// `out[h] = q_h M q_h^T` for the f64 queries `qs` (`out.len()` rows of `d`), `m` the packed
+/// upper triangle of a `d x d` symmetric matrix.
+///
+/// The caller checks the lengths: `m.len() == d (d + 1) / 2`, `qs.len() == out.len() * d`.
+pub(crate) fn packed_quad_forms(m: &[f64], d: usize, qs: &[f64], out: &mut [f64]) {
+    debug_assert_eq!(m.len(), packed::len(d));
+    debug_assert_eq!(qs.len(), out.len() * d);
+    if d == 0 {
+        out.fill(0.0);
+        return;
+    }
+    let simd = Avx2::detect();
+    for (qs, out) in qs.chunks(BATCH * d).zip(out.chunks_mut(BATCH)) {
+        match simd {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the token proves AVX2 and FMA; the caller's lengths are the kernel's
+            // contract (`m` the packed triangle, `qs` whole rows of `d`, at most BATCH of them).
+            Some(_) => unsafe { avx2::quad_forms(m, d, qs, out) },
+            _ => portable(m, d, qs, out),
+        }
+    }
+}
+
+/// The portable batch: at most [`BATCH`] queries.
+fn portable(m: &[f64], d: usize, qs: &[f64], out: &mut [f64]) {
+    out.fill(0.0);
+    for (i, r) in packed::rows(d) {
+        let row = &m[r];
+        for (q, total) in qs.chunks_exact(d).zip(out.iter_mut()) {
+            let q = &q[i..];
+            let mut acc = [0.0f64; 4];
+            let (head, tail) = (row[1..].chunks_exact(4), q[1..].chunks_exact(4));
+            let (rr, qr) = (head.remainder(), tail.remainder());
+            for (a, x) in head.zip(tail) {
+                for k in 0..4 {
+                    acc[k] += a[k] * x[k];
+                }
+            }
+            let mut off_diag = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+            for (a, x) in rr.iter().zip(qr) {
+                off_diag += a * x;
+            }
+            *total += q[0] * (row[0] * q[0] + 2.0 * off_diag);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::BATCH;
+    use crate::packed;
+
+    /// [`super::portable`] with each query's four lanes in one register.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2 and FMA; `m` holds `d (d + 1) / 2` values, `qs` a multiple of `d`
+    /// values, at most [`BATCH`] rows, and `out` one value per row.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn quad_forms(m: &[f64], d: usize, qs: &[f64], out: &mut [f64]) {
+        // a batch size known at compile time keeps every accumulator in a register
+        // SAFETY (each arm): the caller's contract, with H = out.len() rows.
+        match out.len() {
+            1 => batch::<1>(m, d, qs, out),
+            2 => batch::<2>(m, d, qs, out),
+            3 => batch::<3>(m, d, qs, out),
+            4 => batch::<4>(m, d, qs, out),
+            5 => batch::<5>(m, d, qs, out),
+            6 => batch::<6>(m, d, qs, out),
+            7 => batch::<7>(m, d, qs, out),
+            8 => batch::<8>(m, d, qs, out),
+            _ => {}
+        }
+        const _: () = assert!(BATCH == 8);
+    }
+
+    /// [`quad_forms`] for exactly `H` queries.
+    ///
+    /// # Safety
+    /// As [`quad_forms`], with `qs.len() == H d` and `out.len() == H`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn batch<const H: usize>(m: &[f64], d: usize, qs: &[f64], out: &mut [f64]) {
+        let (qs, out) = (&qs[..H * d], &mut out[..H]);
+        out.fill(0.0);
+        for (i, r) in packed::rows(d) {
+            let row = &m[r];
+            let n = row.len() - 1;
+            let chunks = n / 4;
+            let mut acc = [_mm256_setzero_pd(); H];
+            for c in 0..chunks {
+                // SAFETY: 1 + 4c + 3 < row.len() = n + 1 because c < n / 4.
+                let a = _mm256_loadu_pd(row.as_ptr().add(1 + 4 * c));
+                for (k, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: query k's values i + 1 + 4c .. + 4 lie within its d values, as
+                    // i + 1 + 4c + 3 < i + 1 + n = d, and k < H rows are in `qs`.
+                    let x = _mm256_loadu_pd(qs.as_ptr().add(k * d + i + 1 + 4 * c));
+                    *acc = _mm256_fmadd_pd(a, x, *acc);
+                }
+            }
+            for (k, (acc, total)) in acc.iter().zip(out.iter_mut()).enumerate() {
+                let q = &qs[k * d + i..(k + 1) * d];
+                let mut lanes = [0.0f64; 4];
+                // SAFETY: `lanes` holds 4 f64.
+                _mm256_storeu_pd(lanes.as_mut_ptr(), *acc);
+                let mut off_diag = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+                for (a, x) in row[1 + 4 * chunks..].iter().zip(&q[1 + 4 * chunks..]) {
+                    off_diag += a * x;
+                }
+                *total += q[0] * (row[0] * q[0] + 2.0 * off_diag);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// `q M q^T` from the full matrix, two plain loops.
+    fn naive(m: &[f64], d: usize, q: &[f64]) -> f64 {
+        let full = |i: usize, j: usize| {
+            let (a, b) = if i <= j { (i, j) } else { (j, i) };
+            m[a * d - a * a.saturating_sub(1) / 2 + (b - a)]
+        };
+        let mut s = 0.0;
+        for i in 0..d {
+            for j in 0..d {
+                s += q[i] * full(i, j) * q[j];
+            }
+        }
+        s
+    }
+
+    proptest! {
+        /// Both paths agree with the definition, and a query's value does not depend on the
+        /// batch it is in (bit for bit, on the path this CPU takes).
+        #[test]
+        fn batched_forms_match_the_definition_and_each_query_alone(
+            d in 1usize..40,
+            h in 1usize..12,
+            seed in any::<u64>(),
+        ) {
+            let mut state = seed | 1;
+            let mut next = || {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state >> 11) as f64 / (1u64 << 53) as f64 * 2.0 - 1.0
+            };
+            let m: Vec<f64> = (0..packed::len(d)).map(|_| next() * 3.0).collect();
+            let qs: Vec<f64> = (0..h * d).map(|_| next() * 5.0).collect();
+            let mut batched = vec![f64::NAN; h];
+            packed_quad_forms(&m, d, &qs, &mut batched);
+            let mut portable_out = vec![f64::NAN; h];
+            for (q, o) in qs.chunks(BATCH * d).zip(portable_out.chunks_mut(BATCH)) {
+                portable(&m, d, q, o);
+            }
+            for k in 0..h {
+                let q = &qs[k * d..(k + 1) * d];
+                let want = naive(&m, d, q);
+                let scale = 1.0 + m.iter().map(|x| x.abs()).sum::<f64>() * 25.0;
+                prop_assert!((batched[k] - want).abs() <= 1e-12 * scale, "{} vs {want}", batched[k]);
+                prop_assert!((portable_out[k] - want).abs() <= 1e-12 * scale);
+                let mut alone = [f64::NAN];
+                packed_quad_forms(&m, d, q, &mut alone);
+                prop_assert_eq!(alone[0].to_bits(), batched[k].to_bits());
+            }
+        }
+    }
+}
