@@ -145,6 +145,24 @@ fn read_bandwidth() -> f64 {
     best
 }
 
+/// The CPU as `/proc/cpuinfo` names it, with its family and model numbers (hosts of one
+/// product name differ: Zen 1 and Zen 3 EPYCs both say "AMD EPYC"), and the threads in use.
+fn cpu_description() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |key: &str| {
+        info.lines()
+            .find(|l| l.split(':').next().map(str::trim) == Some(key))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let name = field("model name").unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let threads = rayon::current_num_threads();
+    match (field("cpu family"), field("model")) {
+        (Some(f), Some(m)) => format!("{name} (family {f}, model {m}), {threads} threads"),
+        _ => format!("{name}, {threads} threads"),
+    }
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -195,6 +213,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
     let moments = a.criterion.moments(&model)?;
     let weight_bytes = model.weight_bytes_per_token() as f64;
     let bandwidth = read_bandwidth();
+    let cpu = cpu_description();
     let modes = if a.decision_cost { 3 } else { 2 };
     let runs_per_depth = a.reps * modes + usize::from(a.ceiling);
     let pb = progress_bar((a.depth.len() * runs_per_depth) as u64, "bench");
@@ -289,6 +308,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
             "adaptive_bytes_per_token": weight_bytes + kv_bytes[1],
             "weight_bytes_per_token": weight_bytes,
             "read_bandwidth_bytes_per_s": bandwidth,
+            "cpu": cpu,
             "dense_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[0]),
             "adaptive_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[1]),
         });
@@ -308,6 +328,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
         println!("{}", serde_json::Value::Array(results));
         return Ok(());
     }
+    println!("CPU: {cpu}");
     println!(
         "{} activations, {} K/V; prefill tokens/s of {} tokens after the depth (dense); decode tokens/s, median of {} runs of {} tokens (range); adaptive = {}; read bandwidth {:.1} GB/s",
         a.model.activations,
