@@ -102,6 +102,31 @@ impl LayerScratch {
     pub fn new() -> Self {
         Self::default()
     }
+
+    /// Buffers for layers of up to `n_kv_heads` KV heads of `group` query heads each, head
+    /// dimension `d`, and bulks of up to `max_bulk` rows: every bulk task a step can need is
+    /// made here, so decoding allocates nothing when the bulk grows by a chunk or more groups
+    /// than ever before are long-context. `n_kv_heads * ceil(max_bulk / 512)` tasks of about
+    /// `group (512 + 2 d)` f32 each.
+    pub fn with_capacity(n_kv_heads: usize, group: usize, d: usize, max_bulk: usize) -> Self {
+        let task = || Task {
+            group: 0,
+            rows: (0, 0),
+            heads: Vec::with_capacity(group),
+            queries: Vec::with_capacity(group * d),
+            m: Vec::with_capacity(group),
+            l: Vec::with_capacity(group),
+            acc: Vec::with_capacity(group * d),
+            scores: vec![0.0; group * CHUNK],
+        };
+        LayerScratch {
+            local_scores: Vec::new(),
+            tasks: (0..n_kv_heads * max_bulk.div_ceil(CHUNK))
+                .map(|_| task())
+                .collect(),
+            state: None,
+        }
+    }
 }
 
 /// Add rows with precomputed scores `s` and their `values` to a state.
@@ -306,12 +331,15 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
             let t = &mut scratch.tasks[n_tasks];
             t.group = g;
             t.rows = (r, (r + CHUNK).min(bulk));
+            // emptied before reserving: `reserve` counts from the length the last step left
             t.heads.clear();
+            t.heads.reserve(group);
             for v in [&mut t.m, &mut t.l] {
+                v.clear();
                 v.reserve(group);
             }
-            t.heads.reserve(group);
             for v in [&mut t.queries, &mut t.acc] {
+                v.clear();
                 v.reserve(group * d);
             }
             if t.scores.len() < group * CHUNK {

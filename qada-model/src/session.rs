@@ -135,7 +135,12 @@ impl<'m> Session<'m> {
             prefilled: false,
             rows: Buffers::new(model, 1),
             logits: vec![0.0; c.vocab_size],
-            layer_scratch: LayerScratch::new(),
+            layer_scratch: LayerScratch::with_capacity(
+                c.n_kv_heads,
+                c.n_heads / c.n_kv_heads.max(1),
+                c.head_dim,
+                capacity,
+            ),
             decisions: vec![Decision::LONG; c.n_heads],
         })
     }
