@@ -26,6 +26,7 @@ pub const SHIPPED: &[(&str, &str)] = &[
         "qwen2.5-0.5b",
         include_str!("../settings/qwen2.5-0.5b.json"),
     ),
+    ("gemma3-270m", include_str!("../settings/gemma3-270m.json")),
 ];
 
 /// The facts that decide whether a setting was made for a model.
