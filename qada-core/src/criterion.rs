@@ -290,24 +290,39 @@ fn adaptive_decision(tau: Tau, input: &HeadInput<'_>, log_bulk: f64) -> Decision
     }
 }
 
-/// True when every input shares the first's bulk length and scale and `summary` of it points
-/// at the same object (one KV head's summary): then one batched estimate serves the group.
-pub(crate) fn shares_summary(
+/// The first step of a criterion's batched `ln A_bulk`: checks the lengths; when the heads do
+/// not share one summary (`summary` of every head the same object, with one bulk length and
+/// scale) or are more than [`GROUP_BATCH`], estimates them one by one with `each` and returns
+/// false; returns true when the caller may estimate them as one batch.
+pub(crate) fn shared_batch(
     inputs: &[HeadInput<'_>],
+    out: &mut [f64],
     summary: impl Fn(&HeadInput<'_>) -> Option<*const ()>,
-) -> bool {
+    each: impl Fn(&[HeadInput<'_>], &mut [f64]) -> Result<()>,
+) -> Result<bool> {
+    if inputs.len() != out.len() {
+        return Err(CoreError::DimensionMismatch {
+            what: "bulk masses of a group",
+            expected: inputs.len(),
+            found: out.len(),
+        });
+    }
     let Some(first) = inputs.first() else {
-        return true;
+        return Ok(false);
     };
     let s0 = summary(first);
-    inputs.iter().all(|i| {
+    let shared = inputs.iter().all(|i| {
         i.bulk_len == first.bulk_len
             && i.scale == first.scale
-            && match (summary(i), s0) {
-                (Some(a), Some(b)) => std::ptr::eq(a, b),
-                _ => false,
-            }
-    })
+            && matches!((summary(i), s0), (Some(a), Some(b)) if std::ptr::eq(a, b))
+    });
+    if inputs.len() == 1 || (shared && inputs.len() <= GROUP_BATCH) {
+        return Ok(true);
+    }
+    for (input, o) in inputs.iter().zip(out.iter_mut()) {
+        each(std::slice::from_ref(input), std::slice::from_mut(o))?;
+    }
+    Ok(false)
 }
 
 #[cfg(test)]

@@ -82,18 +82,25 @@ impl Group {
 }
 
 fn group_strategy() -> impl Strategy<Value = Group> {
-    (1usize..5, 0usize..4, 1usize..8, 1usize..70, 1usize..6).prop_flat_map(
-        |(d, sink, extra, t, n)| {
-            (
-                prop::collection::vec(-2.0f32..2.0, t * d..=t * d),
-                prop::collection::vec(prop::collection::vec(-3.0f32..3.0, d..=d), n..=n),
-            )
-                .prop_map(move |(keys, qs)| {
-                    let values = keys.iter().map(|k| 1.0 - k).collect();
-                    Group::new(Head::new(d, sink, sink + extra, keys, values), qs)
-                })
-        },
-    )
+    groups(1..5, 1..70, 1..6)
+}
+
+/// Groups of `n` query heads over one KV head of `t` keys of length `d`.
+fn groups(
+    d: std::ops::Range<usize>,
+    t: std::ops::Range<usize>,
+    n: std::ops::Range<usize>,
+) -> impl Strategy<Value = Group> {
+    (d, 0usize..4, 1usize..8, t, n).prop_flat_map(|(d, sink, extra, t, n)| {
+        (
+            prop::collection::vec(-2.0f32..2.0, t * d..=t * d),
+            prop::collection::vec(prop::collection::vec(-3.0f32..3.0, d..=d), n..=n),
+        )
+            .prop_map(move |(keys, qs)| {
+                let values = keys.iter().map(|k| 1.0 - k).collect();
+                Group::new(Head::new(d, sink, sink + extra, keys, values), qs)
+            })
+    })
 }
 
 proptest! {
@@ -185,18 +192,7 @@ proptest! {
 
 /// Groups of up to 11 heads (beyond one batch of 8) with keys long enough for the SIMD lanes.
 fn wide_group_strategy() -> impl Strategy<Value = Group> {
-    (1usize..24, 0usize..4, 1usize..8, 1usize..60, 1usize..12).prop_flat_map(
-        |(d, sink, extra, t, n)| {
-            (
-                prop::collection::vec(-2.0f32..2.0, t * d..=t * d),
-                prop::collection::vec(prop::collection::vec(-3.0f32..3.0, d..=d), n..=n),
-            )
-                .prop_map(move |(keys, qs)| {
-                    let values = keys.iter().map(|k| 1.0 - k).collect();
-                    Group::new(Head::new(d, sink, sink + extra, keys, values), qs)
-                })
-        },
-    )
+    groups(1..24, 1..60, 1..12)
 }
 
 /// Each head decided alone, through `decide`.

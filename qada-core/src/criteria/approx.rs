@@ -7,8 +7,8 @@
 
 use qada_stats::{GaussianScore, KeyDistribution};
 
-use crate::criterion::{decide_adaptive, decide_adaptive_group, shares_summary, GROUP_BATCH};
-use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
+use crate::criterion::{decide_adaptive, decide_adaptive_group, shared_batch, GROUP_BATCH};
+use crate::{Decision, HeadInput, LocalityCriterion, Result, Tau};
 
 /// The query-adaptive approximate criterion.
 #[derive(Clone, Copy, Debug)]
@@ -38,19 +38,9 @@ impl Approx {
     /// moments, its covariance is read once for the group ([`GaussianScore::batch`]); each value
     /// equals the head's alone, bit for bit.
     pub fn log_bulk_masses(inputs: &[HeadInput<'_>], out: &mut [f64]) -> Result<()> {
-        if inputs.len() != out.len() {
-            return Err(CoreError::DimensionMismatch {
-                what: "bulk masses of a group",
-                expected: inputs.len(),
-                found: out.len(),
-            });
-        }
         let moments_of =
             |i: &HeadInput<'_>| Some(i.bulk_moments as *const dyn KeyDistribution as *const ());
-        if inputs.len() > 1 && (inputs.len() > GROUP_BATCH || !shares_summary(inputs, moments_of)) {
-            for (input, o) in inputs.iter().zip(out.iter_mut()) {
-                Self::log_bulk_masses(std::slice::from_ref(input), std::slice::from_mut(o))?;
-            }
+        if !shared_batch(inputs, out, moments_of, Self::log_bulk_masses)? {
             return Ok(());
         }
         let Some(first) = inputs.first() else {

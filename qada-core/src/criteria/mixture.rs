@@ -13,7 +13,7 @@
 
 use qada_stats::{BulkSummaries, ClusterMoments, GaussianScore};
 
-use crate::criterion::{decide_adaptive, decide_adaptive_group, shares_summary, GROUP_BATCH};
+use crate::criterion::{decide_adaptive, decide_adaptive_group, shared_batch, GROUP_BATCH};
 use crate::lse::lse2;
 use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
 
@@ -69,22 +69,11 @@ impl Mixture {
     /// clusters, each cluster's covariance is read once for the group
     /// ([`GaussianScore::batch`]); each value equals the head's alone, bit for bit.
     pub fn log_bulk_masses(inputs: &[HeadInput<'_>], out: &mut [f64]) -> Result<()> {
-        if inputs.len() != out.len() {
-            return Err(CoreError::DimensionMismatch {
-                what: "bulk masses of a group",
-                expected: inputs.len(),
-                found: out.len(),
-            });
-        }
         let clusters_of = |i: &HeadInput<'_>| {
             i.bulk_clusters
                 .map(|c| c as *const ClusterMoments as *const ())
         };
-        if inputs.len() > 1 && (inputs.len() > GROUP_BATCH || !shares_summary(inputs, clusters_of))
-        {
-            for (input, o) in inputs.iter().zip(out.iter_mut()) {
-                Self::log_bulk_masses(std::slice::from_ref(input), std::slice::from_mut(o))?;
-            }
+        if !shared_batch(inputs, out, clusters_of, Self::log_bulk_masses)? {
             return Ok(());
         }
         let Some(first) = inputs.first() else {
