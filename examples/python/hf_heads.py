@@ -40,7 +40,7 @@ def rotated_queries_and_keys(gguf, ids):
 
     gguf = pathlib.Path(gguf)
     model = AutoModelForCausalLM.from_pretrained(
-        str(gguf.parent), gguf_file=gguf.name, torch_dtype=torch.float32
+        str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32
     )
     model.eval()
     cfg = model.config

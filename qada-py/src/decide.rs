@@ -114,10 +114,12 @@ fn decide_heads(
             bulk,
             scale,
         })?;
-        if summaries.is_none() {
-            summaries = Some(prepared.summaries_for(criterion)?);
-        }
-        out.push(prepared.decide_with(criterion, summaries.as_ref().expect("set above"))?);
+        let shared = match summaries.take() {
+            Some(s) => s,
+            None => prepared.summaries_for(criterion)?,
+        };
+        out.push(prepared.decide_with(criterion, &shared)?);
+        summaries = Some(shared);
     }
     Ok(out)
 }

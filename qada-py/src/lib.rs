@@ -1,7 +1,7 @@
 //! `import qada`: qada's criteria, key moments and model from Python.
 //!
 //! One module per idea: `moments` (`qada.KeyMoments`), `decide` (`qada.decide` and its
-//! `Decisions`), `model` (`qada.Model`: tokenize, generate, analyze), `session`
+//! `Decisions`), `model` (`qada.Model`: tokenize, generate, analyze; `analyze` its report as a dict), `session`
 //! (`qada.Session`: prefill, step, the cache's rotated keys and values, the last step's
 //! queries), `options` (the decoding keyword arguments), `errors` (`qada.QadaError`,
 //! `ValueError`s naming the argument) and `arrays` (numpy arrays in, shapes checked). Long
@@ -9,6 +9,7 @@
 
 use pyo3::prelude::*;
 
+mod analyze;
 mod arrays;
 mod decide;
 mod errors;

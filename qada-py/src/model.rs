@@ -6,7 +6,6 @@ use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use numpy::{IntoPyArray, PyArray1};
 use pyo3::exceptions::PyFileNotFoundError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
@@ -20,6 +19,7 @@ use qada_model::{
     WeightFormat,
 };
 
+use crate::analyze::report_dict;
 use crate::arrays::token_ids;
 use crate::errors::{bad_arg, check_tau, qada_err};
 use crate::options::Decoding;
@@ -445,53 +445,10 @@ impl PyModel {
             .map_err(qada_err)?;
         let c = &self.model.config;
         let r = Report::new(&run.probes, tau, c.n_layers, c.n_heads);
-        let out = PyDict::new(py);
-        let ag = &r.agreement;
+        let out = report_dict(py, &r, &run)?;
         out.set_item("criterion", criterion)?;
-        out.set_item("tau", r.tau)?;
         out.set_item("prompt_tokens", ids.len())?;
         out.set_item("steps", steps)?;
-        out.set_item("count", r.count)?;
-        out.set_item("frac_local_oracle", r.frac_local_oracle)?;
-        out.set_item("frac_local_approx", r.frac_local_approx)?;
-        out.set_item("accuracy", ag.accuracy())?;
-        out.set_item("recall_long", ag.recall_long())?;
-        out.set_item("precision_long", ag.precision_long())?;
-        out.set_item("both_long", ag.both_long)?;
-        out.set_item("both_local", ag.both_local)?;
-        out.set_item("oracle_long_approx_local", ag.missed_long)?;
-        out.set_item("oracle_local_approx_long", ag.false_long)?;
-        out.set_item("oracle_local", r.oracle_local_fraction().into_pyarray(py))?;
-        out.set_item("approx_local", r.approx_local_fraction().into_pyarray(py))?;
-        out.set_item("agreement", r.agreement_per_head().into_pyarray(py))?;
-        out.set_item(
-            "per_layer_local_oracle",
-            PyArray1::from_vec(py, r.per_layer_frac_local_oracle.clone()),
-        )?;
-        out.set_item(
-            "per_layer_local_approx",
-            PyArray1::from_vec(py, r.per_layer_frac_local_approx.clone()),
-        )?;
-        out.set_item("log_error_gauss_median", r.log_error_gauss.median)?;
-        out.set_item("log_gap_bulk_local_median", r.log_gap_bulk_local.median)?;
-        let probes = PyDict::new(py);
-        let col = |f: fn(&qada_core::analysis::HeadProbe) -> f64| -> Vec<f64> {
-            run.probes.iter().map(f).collect()
-        };
-        let idx = |f: fn(&qada_core::analysis::HeadProbe) -> usize| -> Vec<u64> {
-            run.probes.iter().map(|p| f(p) as u64).collect()
-        };
-        probes.set_item("layer", PyArray1::from_vec(py, idx(|p| p.layer)))?;
-        probes.set_item("head", PyArray1::from_vec(py, idx(|p| p.head)))?;
-        probes.set_item("bulk_len", PyArray1::from_vec(py, idx(|p| p.bulk_len)))?;
-        probes.set_item("log_local", PyArray1::from_vec(py, col(|p| p.log_local)))?;
-        probes.set_item("log_bulk", PyArray1::from_vec(py, col(|p| p.log_bulk)))?;
-        probes.set_item(
-            "log_bulk_hat",
-            PyArray1::from_vec(py, col(|p| p.log_bulk_hat)),
-        )?;
-        out.set_item("probes", probes)?;
-        out.set_item("generated_ids", run.generated)?;
         Ok(out)
     }
 
