@@ -11,8 +11,9 @@ estimate from the bulk keys' moments), with `qada analyze`'s defaults: sink 16, 
 `qada.Model.analyze` on the same prompt (one probed position) and counts the heads where the
 labels differ.
 
-Needs torch, transformers and gguf (pip install torch transformers gguf); run from the
-repository: python examples/python/hf_heads.py [--prompt TEXT] [--compare]
+Needs torch, transformers, gguf and accelerate (pip install torch transformers gguf
+accelerate); run from the repository: python examples/python/hf_heads.py [--prompt TEXT]
+[--compare]
 """
 
 import argparse

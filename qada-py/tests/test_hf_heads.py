@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("gguf")
+pytest.importorskip("accelerate")
 
 import qada  # noqa: E402
 
