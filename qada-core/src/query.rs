@@ -192,6 +192,16 @@ impl<'a> PreparedQuery<'a> {
     /// `criterion`'s decision. The page bounds and cluster moments it asks for
     /// ([`LocalityCriterion::bulk_summaries`]) are made here from the bulk keys, when given.
     pub fn decide<C: LocalityCriterion + ?Sized>(&self, criterion: &C) -> Result<Decision> {
+        self.decide_with(criterion, &self.summaries_for(criterion)?)
+    }
+
+    /// The page bounds and cluster moments `criterion` asks for, made from the bulk keys (none
+    /// without them). Queries that share a bulk (the heads of a GQA group) can share them:
+    /// see [`PreparedQuery::decide_with`].
+    pub fn summaries_for<C: LocalityCriterion + ?Sized>(
+        &self,
+        criterion: &C,
+    ) -> Result<BulkSummaryData> {
         let want = criterion.bulk_summaries();
         let d = self.query.len();
         let keys = self.bulk_keys.as_ref().and_then(|k| k.as_slice());
@@ -211,9 +221,19 @@ impl<'a> PreparedQuery<'a> {
             }
             _ => None,
         };
+        Ok(BulkSummaryData { pages, clusters })
+    }
+
+    /// `criterion`'s decision with the bulk's summaries given (made by
+    /// [`PreparedQuery::summaries_for`] on a query with the same bulk keys).
+    pub fn decide_with<C: LocalityCriterion + ?Sized>(
+        &self,
+        criterion: &C,
+        summaries: &BulkSummaryData,
+    ) -> Result<Decision> {
         let mut input = self.input();
-        input.bulk_pages = pages.as_ref();
-        input.bulk_clusters = clusters.as_ref();
+        input.bulk_pages = summaries.pages.as_ref();
+        input.bulk_clusters = summaries.clusters.as_ref();
         criterion.decide(&input)
     }
 
@@ -244,6 +264,16 @@ impl<'a> PreparedQuery<'a> {
             },
         })
     }
+}
+
+/// Summaries of the bulk keys a criterion reads besides their moments (see
+/// [`LocalityCriterion::bulk_summaries`]), owned.
+#[derive(Clone, Debug, Default)]
+pub struct BulkSummaryData {
+    /// Page bounds (bound, hybrid).
+    pub pages: Option<PageBounds>,
+    /// Cluster moments (mixture).
+    pub clusters: Option<ClusterMoments>,
 }
 
 /// The oracle's and QAdA's view of one head at one `tau`.

@@ -1,5 +1,6 @@
 //! Sampling and the generation loop.
 
+use std::ops::ControlFlow;
 use std::time::Instant;
 
 use rand::rngs::StdRng;
@@ -153,6 +154,8 @@ pub enum StopReason {
     StopString,
     /// The context length is reached.
     ContextFull,
+    /// The caller's `on_text` asked to stop ([`generate_until`]: Ctrl-C in Python, say).
+    Interrupted,
 }
 
 impl StopReason {
@@ -163,6 +166,7 @@ impl StopReason {
             StopReason::MaxTokens => "max_tokens",
             StopReason::StopString => "stop_string",
             StopReason::ContextFull => "context_full",
+            StopReason::Interrupted => "interrupted",
         }
     }
 }
@@ -234,6 +238,23 @@ pub fn generate(
     on_text: &mut dyn FnMut(&str),
     progress: &mut (dyn FnMut(usize, usize) + Send),
 ) -> Result<Generation> {
+    let mut go_on = |piece: &str| {
+        on_text(piece);
+        ControlFlow::Continue(())
+    };
+    generate_until(session, prompt, cfg, &mut go_on, progress)
+}
+
+/// [`generate`], where `on_text` (called once per generated token, with the text that became
+/// final, possibly empty) may stop generation by returning `ControlFlow::Break`: the result
+/// then holds the tokens so far and [`StopReason::Interrupted`].
+pub fn generate_until(
+    session: &mut Session<'_>,
+    prompt: &[u32],
+    cfg: &GenerateConfig,
+    on_text: &mut dyn FnMut(&str) -> ControlFlow<()>,
+    progress: &mut (dyn FnMut(usize, usize) + Send),
+) -> Result<Generation> {
     let mut sampler = Sampler::new(cfg.sampling.clone())?;
     let tok = &session.model().tokenizer;
     let end = tok.end_of_generation();
@@ -258,10 +279,13 @@ pub fn generate(
         }
         generated.push(next);
         let (piece, stopped) = filter.push(&decoder.push(tok, next));
-        on_text(&piece);
+        let flow = on_text(&piece);
         text.push_str(&piece);
         if stopped {
             break StopReason::StopString;
+        }
+        if flow.is_break() {
+            break StopReason::Interrupted;
         }
         if generated.len() >= cfg.max_new_tokens {
             break StopReason::MaxTokens;
@@ -275,7 +299,8 @@ pub fn generate(
     if stop != StopReason::StopString {
         let (rest, _) = filter.push(&decoder.finish());
         let rest = rest + &filter.finish();
-        on_text(&rest);
+        // the generation ends here whatever the caller answers
+        let _ = on_text(&rest);
         text.push_str(&rest);
     }
     Ok(Generation {

@@ -64,15 +64,19 @@ pub use config::{LayerSpec, ModelConfig};
 pub use family::{Activation, Family, RopeStyle, FAMILIES};
 pub use tokenizer::{ChatFormat, ChatTemplate, StreamDecoder, TemplateOrigin, Tokenizer};
 mod block;
+pub mod known_models;
 pub mod model;
 pub mod ops;
+pub mod probe;
 pub mod session;
 
 pub use model::{LoadOptions, Model, WeightFormat};
 pub use session::{Session, SessionCheckpoint, SessionOptions, StepObserver};
 pub mod generate;
 
-pub use generate::{generate, GenerateConfig, Generation, Sampler, SamplingParams, StopReason};
+pub use generate::{
+    generate, generate_until, GenerateConfig, Generation, Sampler, SamplingParams, StopReason,
+};
 pub mod eval;
 pub mod qlinear;
 

@@ -108,3 +108,39 @@ fn a_prompt_of_only_special_tokens_generates() {
     .unwrap();
     assert_eq!(g.generated_ids.len(), 4);
 }
+
+#[test]
+fn on_text_can_interrupt_generation_after_the_token_it_saw() {
+    let prompt = model()
+        .tokenizer
+        .encode("Once upon a time, in a small village by the sea,")
+        .unwrap();
+    let mut calls = 0;
+    let g = qada_model::generate_until(
+        &mut session(None),
+        &prompt,
+        &cfg(20, 3),
+        &mut |_| {
+            calls += 1;
+            if calls == 5 {
+                std::ops::ControlFlow::Break(())
+            } else {
+                std::ops::ControlFlow::Continue(())
+            }
+        },
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(g.stop, StopReason::Interrupted);
+    assert_eq!(g.generated_ids.len(), 5);
+    // the tokens so far are those of an uninterrupted run
+    let full = generate(
+        &mut session(None),
+        &prompt,
+        &cfg(20, 3),
+        &mut |_| {},
+        &mut |_, _| {},
+    )
+    .unwrap();
+    assert_eq!(g.generated_ids, full.generated_ids[..5]);
+}

@@ -8,16 +8,13 @@
 
 use std::path::PathBuf;
 
-use qada_core::analysis::{probe_layer, probe_layer_with, HeadProbe, Report, Summary};
-use qada_core::{Decision, HeadInput, KvSegments, LocalityCriterion, Result as CoreResult, Tau};
-use qada_model::{
-    Result as ModelResult, Sampler, SamplingParams, Session, SessionOptions, StepObserver,
-};
-use qada_stats::BulkSummaries;
+use qada_core::analysis::{Report, Summary};
+use qada_core::Tau;
+use qada_model::probe::{probe_decode, ProbeOptions};
 use serde_json::{json, Value};
 
 use crate::common::{
-    fail, load_model, progress_bar, CliResult, CriterionArgs, Fallback, ModelArgs, PromptArgs,
+    load_model, progress_bar, CliResult, CriterionArgs, Fallback, ModelArgs, PromptArgs,
 };
 use crate::plot;
 
@@ -38,49 +35,6 @@ pub struct Args {
     /// Draw the (layer x head) long-context frequencies of oracle and approx (PNG).
     #[arg(long)]
     plot: Option<PathBuf>,
-}
-
-/// Collects the probes of every layer at every observed step: QAdA's estimate, or that of
-/// `estimator` when given.
-#[derive(Default)]
-pub struct Prober {
-    pub probes: Vec<HeadProbe>,
-    pub estimator: Option<Box<dyn LocalityCriterion>>,
-}
-
-/// Dense attention that has the cache keep the bulk summaries another criterion reads, so
-/// that criterion can be probed while decoding stays dense.
-pub(crate) struct DenseKeeping(pub(crate) BulkSummaries);
-
-impl LocalityCriterion for DenseKeeping {
-    fn decide(&self, _input: &HeadInput<'_>) -> CoreResult<Decision> {
-        Ok(Decision::LONG)
-    }
-    fn name(&self) -> &str {
-        "dense"
-    }
-    fn bulk_summaries(&self) -> BulkSummaries {
-        self.0
-    }
-}
-
-impl StepObserver for Prober {
-    fn observe_layer(
-        &mut self,
-        layer: usize,
-        q: &[f32],
-        kv: &[KvSegments<'_>],
-        scale: f32,
-        _d: &[Decision],
-    ) -> ModelResult<()> {
-        match &self.estimator {
-            None => self.probes.extend(probe_layer(layer, q, kv, scale)?),
-            Some(c) => self
-                .probes
-                .extend(probe_layer_with(layer, q, kv, scale, c.as_ref())?),
-        }
-        Ok(())
-    }
 }
 
 fn summary_json(s: &Summary) -> Value {
@@ -123,63 +77,27 @@ pub fn run(mut a: Args) -> CliResult<()> {
     let tau = Tau::new(a.criterion.tau())?;
     let tokens = a.prompt.tokens(&model)?;
     let c = &model.config;
-    if tokens.len() < 2 {
-        return fail("the prompt needs at least 2 tokens (the last one is probed after the others are prefilled)");
-    }
-    if tokens.len() + a.steps > c.context_length {
-        return fail(format!(
-            "the prompt ({} tokens) plus --steps {} exceed the context length {}",
-            tokens.len(),
-            a.steps,
-            c.context_length
-        ));
-    }
     let window = a.criterion.window()?;
-    if tokens.len() <= window.local() {
-        return fail(format!(
-            "the prompt has {} tokens, no more than the local window of {}: every head is local, \
-             there is nothing to analyze (use a longer prompt)",
-            tokens.len(),
-            window.local()
-        ));
-    }
     // approx keeps the Gaussian probe (cheaper, and tau-free); any other criterion is asked
     let estimator = match a.criterion.name() {
         "approx" => None,
         _ => Some(a.criterion.criterion(&model)?),
     };
     let name = a.criterion.name().to_string();
-    let summaries = estimator
-        .as_ref()
-        .map_or(BulkSummaries::default(), |c| c.bulk_summaries());
-    let mut session = Session::new(
-        &model,
-        SessionOptions {
-            criterion: Box::new(DenseKeeping(summaries)),
-            window,
-            moments: a.criterion.moments(&model)?,
-            capacity: None,
-            kv_dtype: a.criterion.kv_dtype()?,
-        },
-    )?;
-    let (head, last) = tokens.split_at(tokens.len() - 1);
-    let pb = progress_bar(head.len() as u64, "prefill");
-    session.prefill(head, &mut |done, _| pb.set_position(done as u64))?;
-    pb.finish_and_clear();
-    let mut prober = Prober {
-        probes: Vec::new(),
-        estimator,
+    let opts = ProbeOptions {
+        window,
+        moments: a.criterion.moments(&model)?,
+        kv_dtype: a.criterion.kv_dtype()?,
+        steps: a.steps,
     };
-    let mut sampler = Sampler::new(SamplingParams::default())?;
-    let mut next = last[0];
-    let mut generated = Vec::new();
-    for _ in 0..=a.steps {
-        let logits = session.step_observed(next, Some(&mut prober))?;
-        next = sampler.sample(logits)?;
-        generated.push(next);
-    }
-    generated.pop();
-    let r = Report::new(&prober.probes, tau, c.n_layers, c.n_heads);
+    let pb = progress_bar(tokens.len().saturating_sub(1) as u64, "prefill");
+    let run = probe_decode(&model, &tokens, opts, estimator, &mut |done, _| {
+        pb.set_position(done as u64)
+    });
+    pb.finish_and_clear();
+    let run = run?;
+    let generated = run.generated;
+    let r = Report::new(&run.probes, tau, c.n_layers, c.n_heads);
     let label = match name.as_str() {
         "approx" => "approx (QAdA)".to_string(),
         n => n.to_string(),

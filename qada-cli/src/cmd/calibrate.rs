@@ -17,9 +17,9 @@ use qada_stats::MomentTable;
 
 use qada_core::analysis::HeadProbe;
 
-use super::analyze::Prober;
 use crate::common::{fail, load_model, progress_bar, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part};
+use qada_model::probe::Prober;
 
 #[derive(clap::Args)]
 pub struct Args {

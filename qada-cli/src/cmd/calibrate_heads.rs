@@ -12,11 +12,11 @@ use std::path::PathBuf;
 use qada_core::{calibrate_head_taus, HeadObservation, Tau};
 use qada_model::{Session, SessionOptions};
 
-use super::analyze::{DenseKeeping, Prober};
 use super::calibrate::{calibration_prompts, probe_prompts, PromptsArgs};
 use crate::common::{
     fail, load_model, reports_share, CliResult, CriterionArgs, Fallback, ModelArgs,
 };
+use qada_model::probe::{DenseKeeping, Prober};
 
 #[derive(clap::Args)]
 pub struct Args {

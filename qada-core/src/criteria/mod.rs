@@ -2,6 +2,7 @@
 
 pub mod approx;
 pub mod bound;
+pub mod by_name;
 pub mod dense;
 pub mod hybrid;
 pub mod mixture;

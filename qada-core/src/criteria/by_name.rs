@@ -1,0 +1,159 @@
+//! Criteria by name: the table-free criteria of this crate from a short name and their
+//! parameters, as a command line or a Python call names them.
+//!
+//! `dense`, `window`, `oracle`, `approx` (QAdA), `bound`, `mixture` and `hybrid`. `static`
+//! needs a calibrated table ([`StaticTable`](crate::StaticTable)), so it is built apart with
+//! [`Static::from_table`](crate::Static::from_table); its name is an error here that says so.
+
+use crate::criteria::{bound::DEFAULT_PAGE, hybrid::DEFAULT_MARGIN, mixture::DEFAULT_CLUSTERS};
+use crate::{
+    Approx, Bound, CoreError, Dense, Hybrid, LocalityCriterion, Mixture, Oracle, Result, Window,
+};
+
+/// The names [`by_name`] builds, in the order reports list them.
+pub const CRITERION_NAMES: &[&str] = &[
+    "dense", "window", "oracle", "approx", "bound", "mixture", "hybrid",
+];
+
+/// What the accepted names are, for errors.
+const EXPECTED: &str = "dense, window, oracle, approx, bound, mixture or hybrid (static needs a \
+                        table from `qada calibrate static`: StaticTable::load and \
+                        Static::from_table)";
+
+/// The parameters a criterion may read; each criterion takes the ones it has.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CriterionParams {
+    /// Threshold on the local share, in (0, 1) (every criterion but dense and window).
+    pub tau: f64,
+    /// Bulk keys per page of the page bound (bound, hybrid).
+    pub page: usize,
+    /// Clusters of the bulk keys (mixture).
+    pub clusters: usize,
+    /// Nats of bulk mass within which QAdA's local call is checked by the bound (hybrid).
+    pub margin: f64,
+}
+
+impl Default for CriterionParams {
+    /// `tau = 0.6` (the paper's), pages of [`DEFAULT_PAGE`], [`DEFAULT_CLUSTERS`] clusters,
+    /// a margin of [`DEFAULT_MARGIN`].
+    fn default() -> Self {
+        CriterionParams {
+            tau: 0.6,
+            page: DEFAULT_PAGE,
+            clusters: DEFAULT_CLUSTERS,
+            margin: DEFAULT_MARGIN,
+        }
+    }
+}
+
+/// The criterion called `name`, with the parameters of `p` it reads.
+///
+/// # Errors
+/// [`CoreError::UnknownName`] for a name not in [`CRITERION_NAMES`] (listing them);
+/// [`CoreError::InvalidTau`] and [`CoreError::InvalidParameter`] for parameters out of range
+/// (checked only for the criteria that read them).
+pub fn by_name(name: &str, p: &CriterionParams) -> Result<Box<dyn LocalityCriterion>> {
+    Ok(match name {
+        "dense" => Box::new(Dense),
+        "window" => Box::new(Window),
+        "oracle" => Box::new(Oracle::new(p.tau)?),
+        "approx" => Box::new(Approx::new(p.tau)?),
+        "bound" => Box::new(Bound::new(p.tau, p.page)?),
+        "mixture" => Box::new(Mixture::new(p.tau, p.clusters)?),
+        "hybrid" => Box::new(Hybrid::new(p.tau, p.margin, p.page)?),
+        other => {
+            return Err(CoreError::UnknownName {
+                what: "criterion",
+                found: other.to_string(),
+                expected: EXPECTED,
+            })
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_name_builds_the_criterion_of_that_name() {
+        for &name in CRITERION_NAMES {
+            let c = by_name(name, &CriterionParams::default()).unwrap();
+            assert_eq!(c.name(), name);
+        }
+    }
+
+    #[test]
+    fn parameters_reach_the_criterion() {
+        let p = CriterionParams {
+            tau: 0.3,
+            page: 8,
+            clusters: 2,
+            margin: 0.5,
+        };
+        for name in ["oracle", "approx", "bound", "mixture", "hybrid"] {
+            let c = by_name(name, &p).unwrap();
+            assert_eq!(c.tau().map(|t| t.get()), Some(0.3), "{name}");
+        }
+        assert_eq!(by_name("bound", &p).unwrap().bulk_summaries().page, Some(8));
+        assert_eq!(
+            by_name("mixture", &p).unwrap().bulk_summaries().clusters,
+            Some(2)
+        );
+        assert_eq!(
+            by_name("hybrid", &p).unwrap().bulk_summaries().page,
+            Some(8)
+        );
+        assert_eq!(by_name("dense", &p).unwrap().tau(), None);
+    }
+
+    #[test]
+    fn unknown_names_list_the_known_ones_and_static_says_it_needs_a_table() {
+        for name in ["magic", "static", "", "Approx"] {
+            let e = by_name(name, &CriterionParams::default())
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains(&format!("{name:?}")), "{e}");
+            for known in CRITERION_NAMES {
+                assert!(e.contains(known), "{e} lacks {known}");
+            }
+            assert!(e.contains("static needs a table"), "{e}");
+        }
+    }
+
+    #[test]
+    fn parameters_out_of_range_are_errors_of_the_criteria_that_read_them() {
+        let bad_tau = CriterionParams {
+            tau: 1.5,
+            ..CriterionParams::default()
+        };
+        for name in ["oracle", "approx", "bound", "mixture", "hybrid"] {
+            assert!(matches!(
+                by_name(name, &bad_tau),
+                Err(CoreError::InvalidTau(_))
+            ));
+        }
+        // dense and window have no threshold to check
+        assert!(by_name("dense", &bad_tau).is_ok());
+        assert!(by_name("window", &bad_tau).is_ok());
+        let no_page = CriterionParams {
+            page: 0,
+            ..CriterionParams::default()
+        };
+        assert!(matches!(
+            by_name("bound", &no_page),
+            Err(CoreError::InvalidParameter { .. })
+        ));
+        let no_clusters = CriterionParams {
+            clusters: 0,
+            ..CriterionParams::default()
+        };
+        assert!(by_name("mixture", &no_clusters).is_err());
+        let bad_margin = CriterionParams {
+            margin: -1.0,
+            ..CriterionParams::default()
+        };
+        assert!(by_name("hybrid", &bad_margin).is_err());
+    }
+}

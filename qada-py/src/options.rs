@@ -1,0 +1,89 @@
+//! The decoding options `Model.generate`, `Model.analyze` and `Model.session` take as keyword
+//! arguments: criterion and its parameters, GQA grouping, sink and window, bulk moments and
+//! the cache's element type, each checked and named in its error.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use qada_core::{by_name, CriterionParams, GroupMode, Grouped, LocalityCriterion};
+use qada_kv::{KvDtype, MomentsMode, WindowConfig};
+use qada_model::Model;
+use qada_stats::{MomentTable, DEFAULT_TABLE_OFFSET};
+
+use crate::errors::{arg_err, bad_arg, check_tau};
+
+/// Decoding options, as given.
+pub struct Decoding<'a> {
+    pub criterion: &'a str,
+    pub tau: f64,
+    pub group: &'a str,
+    pub page: usize,
+    pub clusters: usize,
+    pub margin: f64,
+    pub sink: usize,
+    pub local: usize,
+    pub kv: &'a str,
+    pub moments: &'a str,
+}
+
+impl Decoding<'_> {
+    /// The criterion, deciding per GQA group as `group` says (`head`: each head alone).
+    pub fn criterion(&self) -> PyResult<Box<dyn LocalityCriterion>> {
+        let params = CriterionParams {
+            tau: check_tau(self.tau)?,
+            page: self.page,
+            clusters: self.clusters,
+            margin: self.margin,
+        };
+        let c = by_name(self.criterion, &params).map_err(|e| arg_err("criterion", e))?;
+        let mode: GroupMode = self.group.parse().map_err(|e| arg_err("group", e))?;
+        Ok(match mode {
+            GroupMode::Head => c,
+            m => Box::new(Grouped::new(c, m)),
+        })
+    }
+
+    /// Sink `T_sink` and local window `T_local` (sink included).
+    pub fn window(&self) -> PyResult<WindowConfig> {
+        WindowConfig::new(self.sink, self.local).map_err(|e| arg_err("sink, local", e))
+    }
+
+    /// The cache's element type.
+    pub fn kv_dtype(&self) -> PyResult<KvDtype> {
+        match self.kv {
+            "f32" => Ok(KvDtype::F32),
+            "f16" => Ok(KvDtype::F16),
+            "q8" => Ok(KvDtype::Q8),
+            k => Err(bad_arg(
+                "kv",
+                "\"f32\", \"f16\" or \"q8\"",
+                format!("{k:?}"),
+            )),
+        }
+    }
+
+    /// Where bulk moments come from: `current` (kept up to date), `frozen` (after prefill) or
+    /// `calibration:PATH` (a moment table of this model from `qada calibrate moments`).
+    pub fn moments(&self, model: &Model) -> PyResult<MomentsMode> {
+        match self.moments {
+            "current" => Ok(MomentsMode::Update),
+            "frozen" => Ok(MomentsMode::Frozen),
+            m => match m.strip_prefix("calibration:") {
+                Some(path) if !path.is_empty() => {
+                    let table = MomentTable::load(Path::new(path), Some(&model.signature()))
+                        .map_err(|e| arg_err("moments", format!("{path}: {e}")))?;
+                    Ok(MomentsMode::Calibration {
+                        table: Arc::new(table),
+                        offset: DEFAULT_TABLE_OFFSET,
+                    })
+                }
+                _ => Err(bad_arg(
+                    "moments",
+                    "\"current\", \"frozen\" or \"calibration:PATH\"",
+                    format!("{m:?}"),
+                )),
+            },
+        }
+    }
+}

