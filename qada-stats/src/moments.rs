@@ -324,7 +324,8 @@ impl KeyMoments {
         Ok(q.iter().zip(&self.mean).map(|(&a, &b)| a as f64 * b).sum())
     }
 
-    /// `q^T Sigma q` in f64 from the packed upper triangle: `O(d^2 / 2)` (see [`crate::quad`]).
+    /// `q^T Sigma q` in f64 from the packed upper triangle: `O(d^2 / 2)` (the batch kernel of
+    /// `quad.rs`, with one query).
     pub fn quad_form(&self, q: &[f32]) -> Result<f64> {
         let mut out = [0.0];
         self.quad_forms(&[q], &mut out)?;
@@ -332,7 +333,7 @@ impl KeyMoments {
     }
 
     /// `out[h] = q_h^T Sigma q_h` for a batch of queries (the query heads of a GQA group), with
-    /// one read of `Sigma` per [`crate::quad`] batch: each value equals
+    /// one read of `Sigma` per batch of 8 queries: each value equals
     /// [`KeyMoments::quad_form`] of its query alone, bit for bit.
     pub fn quad_forms(&self, qs: &[&[f32]], out: &mut [f64]) -> Result<()> {
         if qs.len() != out.len() {

@@ -2,7 +2,7 @@
 //!
 //! The bulk keys in clusters `c` of `n_c` keys with moments `(mu_c, Sigma_c)` (k-means on the
 //! prefill bulk, then each key that leaves the window joins its nearest cluster:
-//! [`ClusterMoments`](qada_stats::ClusterMoments)). Each cluster's Gaussian score model (paper
+//! [`ClusterMoments`]). Each cluster's Gaussian score model (paper
 //! eq. 6) gives `mu_{s,c} = scale q . mu_c` and `sigma_{s,c}^2 = scale^2 q Sigma_c q^T`, and
 //!
 //! `ln A_bulk_hat = lse_c(ln n_c' + mu_{s,c} + sigma_{s,c}^2 / 2)`,
