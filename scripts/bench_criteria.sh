@@ -2,7 +2,8 @@
 # Decode speed of every criterion at its own calibrated threshold: for each method of a setting
 # file's `per_method` list (the cheapest threshold at which that method kept the budget in
 # `qada calibrate tau`), `qada bench` at one depth with the oracle's ceiling and the decision's
-# cost, as the markdown table of docs/RESULTS.md (outside CI; nothing else may run meanwhile).
+# cost, as the markdown table of docs/RESULTS.md, then the CPU `qada bench` names (outside CI;
+# nothing else may run meanwhile).
 #
 #   bash scripts/bench_criteria.sh MODEL SETTING DEPTH
 #     MODEL    smollm2-135m | qwen2.5-0.5b | gemma3-270m | qwen2.5-1.5b
@@ -24,11 +25,12 @@ if [ -z "${QADA:-}" ]; then
   QADA=./target/release/qada
 fi
 mkdir -p "$out"
-echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//') ($(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | tr -d ' ') family, model $(grep -m1 '^model\s' /proc/cpuinfo | cut -d: -f2 | tr -d ' ')), $(nproc) cores; commit $(git rev-parse --short HEAD)"
+echo "commit $(git rev-parse --short HEAD)"
 echo
 echo "| method | tau | calibrated K/V bytes | dense t/s | adaptive t/s | speed-up | sparsity | K/V MB/token dense / adaptive | decision ms/token (share of a step) | oracle ceiling |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
-jq -r '.per_method[] | "\(.method) \(.tau) \(.kv_bytes)"' "$setting" | while read -r method tau bytes; do
+# methods that kept the budget at no threshold (tau null) have nothing to time
+jq -r '.per_method[] | select(.tau != null) | "\(.method) \(.tau) \(.kv_bytes)"' "$setting" | while read -r method tau bytes; do
   name="${method%@*}"
   group=head
   [ "$name" = "$method" ] || group="${method#*@}"
@@ -40,3 +42,11 @@ jq -r '.per_method[] | "\(.method) \(.tau) \(.kv_bytes)"' "$setting" | while rea
   jq -r --arg m "$method" --arg t "$tau" --arg b "$bytes" '.[0] |
     "| \($m) | \($t) | \($b | tonumber * 1000 | round / 1000)x | \(.dense_decode_tokens_per_s * 10 | round / 10) | \(.adaptive_decode_tokens_per_s * 10 | round / 10) | \(.speedup * 100 | round / 100)x | \(.sparsity * 1000 | round / 1000) | \((.dense_bytes_per_token - .weight_bytes_per_token) / 1e5 | round / 10) / \((.adaptive_bytes_per_token - .weight_bytes_per_token) / 1e5 | round / 10) | \(.decision_secs_per_token * 1e5 | round / 100) (\(.decision_share_of_adaptive_step * 1000 | round / 10) %) | \(.ceiling_speedup * 100 | round / 100)x |"' "$json"
 done
+# the CPU as `qada bench` recorded it (name, family, model, threads)
+first=$(ls "$out/${model}_${depth}_"*.json 2>/dev/null | head -1 || true)
+if [ -n "$first" ]; then
+  echo
+  echo "CPU: $(jq -r '.[0].cpu' "$first")"
+else
+  echo "$setting: no method kept the budget at any threshold: nothing to time" >&2
+fi
