@@ -1,5 +1,7 @@
 //! Per-head cost at d = 64: dense attention over T keys, local attention over the 128-token
-//! window (16 sink + 112 recent), and the QAdA decision (Gaussian score model from moments).
+//! window (16 sink + 112 recent), and the QAdA decision (Gaussian score model from moments);
+//! the GQA block kernels, group decisions, one layer of Gemma 3 through `attend_layer`, and
+//! prefill's attention for a block of 512 queries deep in the context.
 
 use criterion::{black_box, criterion_group, criterion_main, BenchmarkId, Criterion};
 use qada_core::attention::{dense_attention, local_attention, scores, KvSegments};
@@ -247,11 +249,111 @@ fn group_decisions(c: &mut Criterion) {
     group.finish();
 }
 
+/// One decoding step of a Gemma 3 270M layer through `attend_layer` (dense): one KV head of 4
+/// query heads, d = 256, f16 rows. A sliding layer (its 512-position window, all local) and a
+/// global layer at T = 4096 (sink 16 and window 112 local, the bulk in parallel chunks).
+fn layer_gemma_d256(c: &mut Criterion) {
+    use qada_core::{attend_layer, Decision, Dense, LayerScratch};
+    use qada_stats::f16;
+    const DG: usize = 256;
+    const H: usize = 4;
+    let half = |t: usize, salt: f32| -> Vec<f16> {
+        (0..t * DG)
+            .map(|i| f16::from_f32(((i as f32) * 0.0137 + salt).sin()))
+            .collect()
+    };
+    let q: Vec<f32> = (0..H * DG).map(|i| (i as f32 * 0.3).cos()).collect();
+    let scale = 1.0 / (DG as f32).sqrt();
+    let mut group = c.benchmark_group("layer_gemma_d256");
+    for (name, sink, bulk, window) in [("sliding_512", 0, 0, 512), ("global_4096", 16, 3968, 112)] {
+        let t = sink + bulk + window;
+        let (keys, values) = (half(t, 0.0), half(t, 1.0));
+        let moments = KeyMoments::new(DG);
+        let (b0, w0) = (sink * DG, (sink + bulk) * DG);
+        let kv = [KvSegments {
+            dim: DG,
+            sink_keys: (&keys[..b0]).into(),
+            sink_values: (&values[..b0]).into(),
+            bulk_keys: (&keys[b0..w0]).into(),
+            bulk_values: (&values[b0..w0]).into(),
+            window_keys: (&keys[w0..]).into(),
+            window_values: (&values[w0..]).into(),
+            bulk_moments: &moments,
+            bulk_pages: None,
+            bulk_clusters: None,
+        }];
+        let mut scratch = LayerScratch::new();
+        let mut out = vec![0.0f32; H * DG];
+        let mut decisions = [Decision::LONG; H];
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                attend_layer(
+                    &Dense,
+                    0,
+                    black_box(&q),
+                    &kv,
+                    scale,
+                    &mut scratch,
+                    &mut out,
+                    &mut decisions,
+                )
+                .unwrap()
+            })
+        });
+    }
+    group.finish();
+}
+
+/// Prefill's attention for a block of 512 queries after 8192 cached positions, f16 cache:
+/// Qwen2.5-0.5B's shape (14 query heads over 2 KV heads, d = 64) and a global layer of
+/// Gemma 3 270M (4 over 1, d = 256).
+fn prefill_block(c: &mut Criterion) {
+    use qada_core::attention::{prefill_attention, PrefillHead, PrefillShape};
+    use qada_stats::f16;
+    const N: usize = 512;
+    const POS0: usize = 8192;
+    let mut group = c.benchmark_group("prefill_512_at_8192");
+    group.sample_size(10);
+    for (name, n_heads, n_kv, d) in [("qwen_14x2_d64", 14, 2, 64), ("gemma_4x1_d256", 4, 1, 256)] {
+        let t = POS0 + N;
+        let rows: Vec<Vec<f16>> = (0..2 * n_kv)
+            .map(|h| {
+                (0..t * d)
+                    .map(|i| f16::from_f32(((i as f32) * 0.0137 + h as f32).sin()))
+                    .collect()
+            })
+            .collect();
+        let kv: Vec<PrefillHead<'_>> = (0..n_kv)
+            .map(|g| PrefillHead {
+                keys: rows[2 * g].as_slice().into(),
+                values: rows[2 * g + 1].as_slice().into(),
+                first: 0,
+            })
+            .collect();
+        let shape = PrefillShape {
+            n_heads,
+            dim: d,
+            scale: 1.0 / (d as f32).sqrt(),
+            window: None,
+        };
+        let q: Vec<f32> = (0..N * n_heads * d)
+            .map(|i| (i as f32 * 0.3).cos())
+            .collect();
+        let mut out = vec![0.0f32; N * n_heads * d];
+        group.bench_function(name, |b| {
+            b.iter(|| prefill_attention(&kv, &shape, black_box(&q), N, POS0, &mut out).unwrap())
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     per_head,
     gqa_block,
     gqa_group7_q8_vs_f16,
-    group_decisions
+    group_decisions,
+    layer_gemma_d256,
+    prefill_block
 );
 criterion_main!(benches);

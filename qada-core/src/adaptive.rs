@@ -11,9 +11,9 @@
 
 use rayon::prelude::*;
 
-use qada_stats::Rows;
+use qada_stats::{f16, Q8Block, Rows};
 
-use crate::attention::{exp_in_place, max_score, scores, Elem, KvSegments};
+use crate::attention::{exp_in_place, max_score, Elem, KvSegments};
 
 /// The KV heads of one layer as attention reads them: a slice of [`KvSegments`], or a view
 /// that borrows them from a cache on demand (so a decoding step needs no list of its own).
@@ -92,7 +92,15 @@ struct Task {
 /// Buffers reused across steps so that the decode loop does not allocate once warm.
 #[derive(Clone, Debug, Default)]
 pub struct LayerScratch {
+    /// Per head: the scores of its sink then its window (`n_heads x |I|`).
     local_scores: Vec<f32>,
+    /// One group's sink block then window block, head-major within each: its scores, then
+    /// its weights `exp(s - m)` (`group x |I|`).
+    block: Vec<f32>,
+    /// One group's local partial states: `m`, `l` and `acc` (`group x d`) per head.
+    local_m: Vec<f32>,
+    local_l: Vec<f32>,
+    local_acc: Vec<f32>,
     tasks: Vec<Task>,
     state: Option<Partial>,
 }
@@ -121,6 +129,10 @@ impl LayerScratch {
         };
         LayerScratch {
             local_scores: Vec::new(),
+            block: Vec::new(),
+            local_m: vec![0.0; group],
+            local_l: vec![0.0; group],
+            local_acc: vec![0.0; group * d],
             tasks: (0..n_kv_heads * max_bulk.div_ceil(CHUNK))
                 .map(|_| task())
                 .collect(),
@@ -129,35 +141,27 @@ impl LayerScratch {
     }
 }
 
-/// Add rows with precomputed scores `s` and their `values` to a state.
-fn accumulate(p: &mut Partial, s: &[f32], values: Rows<'_>, d: usize) {
-    match values {
-        Rows::F32(v) => accumulate_typed(p, s, v, d),
-        Rows::F16(v) => accumulate_typed(p, s, v, d),
-        Rows::Q8(v) => accumulate_typed(p, s, v, d),
+/// [`Elem::block_scores`] over rows of any element type: `out[j * n + i] = scale * q_j . k_i`.
+fn block_scores(
+    queries: &[f32],
+    keys: Rows<'_>,
+    d: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> Result<()> {
+    match keys {
+        Rows::F32(k) => f32::block_scores(queries, k, d, scale, out),
+        Rows::F16(k) => f16::block_scores(queries, k, d, scale, out),
+        Rows::Q8(k) => Q8Block::block_scores(queries, k, d, scale, out),
     }
 }
 
-fn accumulate_typed<T: Elem>(p: &mut Partial, s: &[f32], values: &[T], d: usize) {
-    let mut w = [0.0f32; 256];
-    let m_new = max_score(s, p.m);
-    if m_new == f32::NEG_INFINITY {
-        return;
-    }
-    if p.m != m_new {
-        let c = (p.m - m_new).exp();
-        p.l *= c;
-        p.acc.iter_mut().for_each(|a| *a *= c);
-        p.m = m_new;
-    }
-    let row = d / T::VALUES;
-    for (sc, vc) in s.chunks(256).zip(values.chunks(256 * row)) {
-        let w = &mut w[..sc.len()];
-        w.copy_from_slice(sc);
-        p.l += exp_in_place(w, m_new);
-        for (&wi, v) in w.iter().zip(vc.chunks_exact(row)) {
-            T::axpy(&mut p.acc, wi, v);
-        }
+/// [`Elem::block_accumulate`] over rows of any element type: `acc_j += sum_i w[j * n + i] v_i`.
+fn block_accumulate(acc: &mut [f32], weights: &[f32], values: Rows<'_>, d: usize) -> Result<()> {
+    match values {
+        Rows::F32(v) => f32::block_accumulate(acc, weights, v, d),
+        Rows::F16(v) => f16::block_accumulate(acc, weights, v, d),
+        Rows::Q8(v) => Q8Block::block_accumulate(acc, weights, v, d),
     }
 }
 
@@ -175,6 +179,7 @@ fn merge(a: &mut Partial, b_m: f32, b_l: f32, b_acc: &[f32]) {
     a.m = m;
 }
 
+/// One bulk chunk of one group for its long heads: the partial state `(m, l, acc)` of each.
 fn run_task<K: LayerKv + ?Sized>(
     t: &mut Task,
     queries: &[f32],
@@ -184,23 +189,7 @@ fn run_task<K: LayerKv + ?Sized>(
 ) -> Result<()> {
     let k = kv.segments(t.group);
     let (r0, r1) = t.rows;
-    match (k.bulk_keys.slice(r0, r1, d), k.bulk_values.slice(r0, r1, d)) {
-        (Rows::F32(keys), Rows::F32(values)) => run_task_typed(t, queries, keys, values, scale, d),
-        (Rows::F16(keys), Rows::F16(values)) => run_task_typed(t, queries, keys, values, scale, d),
-        (Rows::Q8(keys), Rows::Q8(values)) => run_task_typed(t, queries, keys, values, scale, d),
-        _ => unreachable!("validate() checks keys and values share an element type"),
-    }
-}
-
-fn run_task_typed<T: Elem>(
-    t: &mut Task,
-    queries: &[f32],
-    keys: &[T],
-    values: &[T],
-    scale: f32,
-    d: usize,
-) -> Result<()> {
-    let n = keys.len() * T::VALUES / d;
+    let n = r1 - r0;
     let nh = t.heads.len();
     let scores = &mut t.scores[..nh * n];
     t.queries.clear();
@@ -208,7 +197,7 @@ fn run_task_typed<T: Elem>(
         t.queries.extend_from_slice(&queries[h * d..(h + 1) * d]);
     }
     // scores of every long head, each key row read once
-    T::block_scores(&t.queries, keys, d, scale, scores)?;
+    block_scores(&t.queries, k.bulk_keys.slice(r0, r1, d), d, scale, scores)?;
     // per head: its max, then the weights exp(s - m) in place of the scores
     t.m.clear();
     t.l.clear();
@@ -220,7 +209,7 @@ fn run_task_typed<T: Elem>(
     // weighted values of every long head, each value row read once
     t.acc.clear();
     t.acc.resize(nh * d, 0.0);
-    T::block_accumulate(&mut t.acc, scores, values, d)
+    block_accumulate(&mut t.acc, scores, k.bulk_values.slice(r0, r1, d), d)
 }
 
 /// Attention of one layer at one step.
@@ -273,16 +262,23 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
     }
     let group = n_heads / n_kv;
 
-    // 1. local scores of every head, one pass over each group's sink and window keys.
+    // 1. local scores of every head: the group's sink and window keys read once for all its
+    //    heads (block kernels), then laid out per head as sink followed by window.
     scratch.local_scores.resize(n_heads * local_len, 0.0);
+    scratch.block.resize(group * local_len, 0.0);
     for g in 0..n_kv {
         let k = kv.segments(g);
         let ns = k.sink_keys.n_rows(d);
-        for h in g * group..(g + 1) * group {
-            let q = &queries[h * d..(h + 1) * d];
+        let nw = local_len - ns;
+        let q = &queries[g * group * d..(g + 1) * group * d];
+        let (s_sink, s_win) = scratch.block.split_at_mut(group * ns);
+        block_scores(q, k.sink_keys, d, scale, s_sink)?;
+        block_scores(q, k.window_keys, d, scale, s_win)?;
+        for j in 0..group {
+            let h = g * group + j;
             let s = &mut scratch.local_scores[h * local_len..(h + 1) * local_len];
-            scores(q, k.sink_keys, scale, &mut s[..ns]);
-            scores(q, k.window_keys, scale, &mut s[ns..]);
+            s[..ns].copy_from_slice(&s_sink[j * ns..(j + 1) * ns]);
+            s[ns..].copy_from_slice(&s_win[j * nw..(j + 1) * nw]);
         }
     }
 
@@ -362,38 +358,68 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
             .try_for_each(|t| run_task(t, queries, kv, scale, d))?;
     }
 
-    // 4. local state per head, merged with its bulk partials.
+    // 4. local state per head: weights exp(s - m) from the local scores, the group's sink
+    //    and window values read once for all its heads (block kernel); then merged with the
+    //    head's bulk partials.
     let mut state = scratch.state.take().unwrap_or_else(|| Partial {
         m: f32::NEG_INFINITY,
         l: 0.0,
         acc: Vec::with_capacity(d),
     });
-    for h in 0..n_heads {
-        let k = kv.segments(h / group);
+    scratch.local_acc.resize(group * d, 0.0);
+    scratch.local_m.resize(group, 0.0);
+    scratch.local_l.resize(group, 0.0);
+    for g in 0..n_kv {
+        let k = kv.segments(g);
         let ns = k.sink_keys.n_rows(d);
-        state.reset(d);
-        let s = &scratch.local_scores[h * local_len..(h + 1) * local_len];
-        let (s_sink, s_win) = s.split_at(ns);
-        accumulate(&mut state, s_sink, k.sink_values, d);
-        accumulate(&mut state, s_win, k.window_values, d);
-        if !decisions[h].local {
-            for t in scratch.tasks[..n_tasks]
-                .iter()
-                .filter(|t| t.group == h / group)
-            {
-                if let Some(j) = t.heads.iter().position(|&x| x == h) {
-                    merge(&mut state, t.m[j], t.l[j], &t.acc[j * d..(j + 1) * d]);
+        let nw = local_len - ns;
+        let (w_sink, w_win) = scratch.block.split_at_mut(group * ns);
+        for j in 0..group {
+            let h = g * group + j;
+            let s = &scratch.local_scores[h * local_len..(h + 1) * local_len];
+            let m = max_score(s, f32::NEG_INFINITY);
+            let (ws, ww) = (
+                &mut w_sink[j * ns..(j + 1) * ns],
+                &mut w_win[j * nw..(j + 1) * nw],
+            );
+            ws.copy_from_slice(&s[..ns]);
+            ww.copy_from_slice(&s[ns..]);
+            scratch.local_m[j] = m;
+            scratch.local_l[j] = if m == f32::NEG_INFINITY {
+                0.0
+            } else {
+                exp_in_place(ws, m) + exp_in_place(ww, m)
+            };
+        }
+        let acc = &mut scratch.local_acc[..group * d];
+        acc.iter_mut().for_each(|a| *a = 0.0);
+        block_accumulate(acc, w_sink, k.sink_values, d)?;
+        block_accumulate(acc, w_win, k.window_values, d)?;
+        for j in 0..group {
+            let h = g * group + j;
+            state.reset(d);
+            let m = scratch.local_m[j];
+            if m != f32::NEG_INFINITY {
+                state.m = m;
+                state.l = scratch.local_l[j];
+                state.acc.copy_from_slice(&acc[j * d..(j + 1) * d]);
+            }
+            if !decisions[h].local {
+                for t in scratch.tasks[..n_tasks].iter().filter(|t| t.group == g) {
+                    if let Some(i) = t.heads.iter().position(|&x| x == h) {
+                        merge(&mut state, t.m[i], t.l[i], &t.acc[i * d..(i + 1) * d]);
+                    }
                 }
             }
-        }
-        let o = &mut out[h * d..(h + 1) * d];
-        if state.l > 0.0 {
-            let inv = 1.0 / state.l;
-            for (x, &a) in o.iter_mut().zip(&state.acc) {
-                *x = a * inv;
+            let o = &mut out[h * d..(h + 1) * d];
+            if state.l > 0.0 {
+                let inv = 1.0 / state.l;
+                for (x, &a) in o.iter_mut().zip(&state.acc) {
+                    *x = a * inv;
+                }
+            } else {
+                o.iter_mut().for_each(|x| *x = 0.0);
             }
-        } else {
-            o.iter_mut().for_each(|x| *x = 0.0);
         }
     }
     scratch.state = Some(state);

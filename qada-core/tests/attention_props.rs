@@ -38,12 +38,14 @@ fn brute_force(h: &Head, q: &[f32], scale: f32, only_local: bool) -> Vec<f32> {
     out.iter().map(|o| (o / z) as f32).collect()
 }
 
-/// A layer: `n_kv` KV heads of `t` tokens each, `group` query heads per KV head.
+/// A layer: `n_kv` KV heads of `t` tokens each, `group` query heads per KV head (up to 5: a
+/// tile of 3 heads and a remainder of 1 or 2 in the block kernels).
 fn layer_strategy() -> impl Strategy<Value = (Vec<Head>, Vec<f32>, usize)> {
     (
-        1usize..5,
+        // small row lengths take the portable kernels, multiples of 8 the AVX2 block kernels
+        prop_oneof![1usize..5, Just(8usize), Just(32usize)],
         1usize..3,
-        1usize..4,
+        1usize..6,
         0usize..4,
         1usize..8,
         1usize..60,

@@ -10,6 +10,7 @@
 //! f16 or q8 cache is converted (q8: dequantized, `d q`) one tile at a time. Scores and
 //! weighted sums go through gemm ([`gemm_strided`]); heads run in parallel.
 
+use half::slice::HalfFloatSliceExt;
 use qada_stats::{Q8Block, Rows, Q8_BLOCK};
 use rayon::prelude::*;
 
@@ -54,7 +55,9 @@ fn tile_f32<'a>(x: Rows<'a>, r0: usize, r1: usize, d: usize, buf: &'a mut Vec<f3
         Rows::F32(s) => s,
         Rows::F16(s) => {
             buf.clear();
-            buf.extend(s.iter().map(|v| v.to_f32()));
+            buf.resize(s.len(), 0.0);
+            // F16C eight values at a time where the CPU has it
+            s.convert_to_f32_slice(buf);
             buf
         }
         Rows::Q8(s) => {
