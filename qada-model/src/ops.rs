@@ -1,5 +1,6 @@
 //! Dense math of the transformer: RMSNorm, RoPE, gated activations, matrix products.
 
+use qada_core::attention::fast_exp;
 use rayon::prelude::*;
 
 use crate::family::{Activation, RopeStyle};
@@ -99,20 +100,30 @@ pub fn rope_inplace(x: &mut [f32], head_dim: usize, table: &[(f32, f32)], style:
     }
 }
 
-/// `silu(g) * u`, in place into `g`.
+/// `x / (1 + e^(-z))` with `e^(-z)` from [`fast_exp`] (relative error below 3e-7, no library
+/// call, so loops over it vectorize); its argument is held at 87 or below so that it stays
+/// finite (`e^87` already makes the result 0 to f32 precision).
+#[inline(always)]
+fn over_one_plus_exp(x: f32, z: f32) -> f32 {
+    x / (1.0 + fast_exp((-z).min(87.0)))
+}
+
+/// `silu(g) * u`, in place into `g`: `silu(g) = g / (1 + e^(-g))`.
 pub fn swiglu(g: &mut [f32], u: &[f32]) {
     for (a, &b) in g.iter_mut().zip(u) {
-        *a = *a / (1.0 + (-*a).exp()) * b;
+        *a = over_one_plus_exp(*a, *a) * b;
     }
 }
 
 /// `gelu_tanh(g) * u`, in place into `g`, with
-/// `gelu_tanh(g) = g/2 (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))`.
+/// `gelu_tanh(g) = g/2 (1 + tanh y) = g / (1 + e^(-2 y))`, `y = sqrt(2/pi) (g + 0.044715 g^3)`
+/// (the second form has no cancellation where `tanh y` nears -1).
 pub fn geglu_tanh(g: &mut [f32], u: &[f32]) {
     const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     for (a, &b) in g.iter_mut().zip(u) {
         let x = *a;
-        *a = 0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)).tanh()) * b;
+        let y = SQRT_2_OVER_PI * (x + 0.044715 * x * x * x);
+        *a = over_one_plus_exp(x, 2.0 * y) * b;
     }
 }
 
@@ -232,6 +243,23 @@ mod tests {
         assert_eq!(scaled, plain);
         Rope { factor: 1.0, ..r }.table(12, &mut scaled);
         assert_ne!(scaled, plain);
+    }
+
+    proptest::proptest! {
+        /// The gated activations agree with their library-call definitions
+        /// (`g / (1 + exp(-g))`, `g/2 (1 + tanh(y))`) to f32 precision, overflow included.
+        #[test]
+        fn gated_activations_equal_their_definitions(x in -120.0f32..120.0, u in -3.0f32..3.0) {
+            let silu = x / (1.0 + (-x as f64).exp() as f32) * u;
+            let y = 0.797_884_6 * (x + 0.044715 * x * x * x);
+            let gelu = 0.5 * x * (1.0 + (y as f64).tanh() as f32) * u;
+            for (act, want) in [(Activation::SiLU, silu), (Activation::GeluTanh, gelu)] {
+                let mut g = [x];
+                gated(act, &mut g, &[u]);
+                let tol = 1e-6 * (1.0 + want.abs());
+                proptest::prop_assert!((g[0] - want).abs() <= tol, "{:?}({}) * {}: {} vs {}", act, x, u, g[0], want);
+            }
+        }
     }
 
     #[test]
