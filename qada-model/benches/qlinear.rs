@@ -1,7 +1,9 @@
 //! The quantized products of decoding: one row and one whole matrix-vector product.
 //! Every type with kernels, with f32 activations (the default) and int8 activations: the
 //! 32-value types at SmolLM2's shapes (576 columns, the 1536 x 576 up projection), Q4_K, Q5_K
-//! and Q6_K (256-value blocks) at Qwen2.5-0.5B's down projection (4864 columns, 896 x 4864).
+//! and Q6_K (256-value blocks) at Qwen2.5-0.5B's down projection (4864 columns, 896 x 4864),
+//! their int8 products both against Q8_K activations (`Int8`, one scale per 256 values) and
+//! per 32 values (`Int8Per32`, the kernels before Q8_K).
 //!
 //! `cargo bench -p qada-model --bench qlinear`
 
@@ -67,10 +69,24 @@ fn products(c: &mut Criterion) {
         let data = blocks(ty, rows, cols);
         let row_bytes = data.len() / rows;
         let layer = QLinear::from_blocks(rows, cols, ty, data.clone(), None).unwrap();
-        for &precision in precisions {
+        let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
+        // K-quants against int8 activations: Q8_K (one scale per 256 values, the default)
+        // beside the kernels per 32 values it replaced, in the same run
+        let forms = precisions
+            .iter()
+            .map(|&p| (p, false))
+            .chain(k_quant.then_some((ActPrecision::Int8, true)));
+        for (precision, per32) in forms {
             let mut a = Q8Acts::new(precision);
+            if per32 {
+                a = a.without_q8k();
+            }
             a.quantize(&x);
-            let name = format!("{ty:?}_{precision:?}");
+            let name = if per32 {
+                format!("{ty:?}_Int8Per32")
+            } else {
+                format!("{ty:?}_{precision:?}")
+            };
             group.bench_function(format!("row_{name}"), |b| {
                 b.iter(|| dot_row(ty, black_box(&data[..row_bytes]), &a, Kernels::detect()))
             });

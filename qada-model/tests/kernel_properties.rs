@@ -155,39 +155,76 @@ fn abs_terms(ty: GgmlType, b: &[u8]) -> Vec<f64> {
     }
 }
 
-/// `M`: the sum over the row of `|t_i|` times the largest `|x|` of the 32-block of value `i`.
-fn magnitude(ty: GgmlType, blocks: &[Vec<u8>], x: &[f32]) -> f64 {
+/// How the activations enter a row's product: f32, or int8 in the form the dispatch picks
+/// (Q8_K, one scale per 256 values, for K-quant rows), or int8 per 32 values only (the
+/// kernels K-quant rows took before the Q8_K form, kept for comparison).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Form {
+    F32,
+    Int8,
+    Int8Per32,
+}
+
+impl Form {
+    fn acts(self) -> Q8Acts {
+        match self {
+            Form::F32 => Q8Acts::new(ActPrecision::F32),
+            Form::Int8 => Q8Acts::new(ActPrecision::Int8),
+            Form::Int8Per32 => Q8Acts::new(ActPrecision::Int8).without_q8k(),
+        }
+    }
+
+    /// Values per activation scale for rows of `ty`: 256 for K-quant rows against Q8_K,
+    /// else 32 (f32 activations: the 32-blocks the tolerance has always used).
+    fn block(self, ty: GgmlType) -> usize {
+        let k_quant = matches!(ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K);
+        if self == Form::Int8 && k_quant {
+            256
+        } else {
+            32
+        }
+    }
+}
+
+/// `M`: the sum over the row of `|t_i|` times the largest `|x|` of the block of `per` values
+/// that holds value `i` (the activations' quantization block: `|d_x q_x,i| <= amax` there, so
+/// `M` bounds every term either kernel adds).
+fn magnitude(ty: GgmlType, blocks: &[Vec<u8>], x: &[f32], per: usize) -> f64 {
     let amax: Vec<f64> = x
-        .chunks(32)
+        .chunks(per)
         .map(|xs| xs.iter().fold(0.0f64, |a, &v| a.max(v.abs() as f64)))
         .collect();
     blocks
         .iter()
         .flat_map(|b| abs_terms(ty, b))
         .enumerate()
-        .map(|(i, t)| t * amax[i / 32])
+        .map(|(i, t)| t * amax[i / per])
         .sum()
 }
 
 /// The AVX2 and portable results of one row, and the tolerance `1e-5 M`.
-fn both(ty: GgmlType, precision: ActPrecision, blocks: &[Vec<u8>], x: &[f32]) -> (f32, f32, f64) {
+fn both(ty: GgmlType, form: Form, blocks: &[Vec<u8>], x: &[f32]) -> (f32, f32, f64) {
     let row = blocks.concat();
-    let mut a = Q8Acts::new(precision);
+    let mut a = form.acts();
     a.quantize(x);
     let fast = dot_row(ty, &row, &a, Kernels::detect()).unwrap();
     let portable = dot_row(ty, &row, &a, Kernels::Portable).unwrap();
-    (fast, portable, 1e-5 * magnitude(ty, blocks, x))
+    (
+        fast,
+        portable,
+        1e-5 * magnitude(ty, blocks, x, form.block(ty)),
+    )
 }
 
-fn check_agreement(ty: GgmlType, precision: ActPrecision, blocks: &[Vec<u8>], x: &[f32]) {
+fn check_agreement(ty: GgmlType, form: Form, blocks: &[Vec<u8>], x: &[f32]) {
     if Kernels::detect() == Kernels::Portable {
         eprintln!("no AVX2 kernels here (or QADA_PORTABLE set): nothing to compare");
     }
-    let (fast, portable, tol) = both(ty, precision, blocks, x);
+    let (fast, portable, tol) = both(ty, form, blocks, x);
     let diff = (fast as f64 - portable as f64).abs();
     assert!(
         diff <= tol,
-        "{ty} {precision:?}: AVX2 {fast} vs portable {portable}, |diff| {diff} > {tol}"
+        "{ty} {form:?}: AVX2 {fast} vs portable {portable}, |diff| {diff} > {tol}"
     );
 }
 
@@ -196,72 +233,186 @@ proptest! {
 
     #[test]
     fn q4_1_f32_kernels_agree((blocks, x) in row_and_x(GgmlType::Q4_1)) {
-        check_agreement(GgmlType::Q4_1, ActPrecision::F32, &blocks, &x);
+        check_agreement(GgmlType::Q4_1, Form::F32, &blocks, &x);
     }
 
     #[test]
     fn q8_0_f32_kernels_agree((blocks, x) in row_and_x(GgmlType::Q8_0)) {
-        check_agreement(GgmlType::Q8_0, ActPrecision::F32, &blocks, &x);
+        check_agreement(GgmlType::Q8_0, Form::F32, &blocks, &x);
     }
 
     #[test]
     fn q4_0_f32_kernels_agree((blocks, x) in row_and_x(GgmlType::Q4_0)) {
-        check_agreement(GgmlType::Q4_0, ActPrecision::F32, &blocks, &x);
+        check_agreement(GgmlType::Q4_0, Form::F32, &blocks, &x);
     }
 
     #[test]
     fn q5_0_f32_kernels_agree((blocks, x) in row_and_x(GgmlType::Q5_0)) {
-        check_agreement(GgmlType::Q5_0, ActPrecision::F32, &blocks, &x);
+        check_agreement(GgmlType::Q5_0, Form::F32, &blocks, &x);
     }
 
     #[test]
     fn q4_k_f32_kernels_agree((blocks, x) in row_and_x(GgmlType::Q4_K)) {
-        check_agreement(GgmlType::Q4_K, ActPrecision::F32, &blocks, &x);
+        check_agreement(GgmlType::Q4_K, Form::F32, &blocks, &x);
     }
 
     #[test]
     fn q5_k_f32_kernels_agree((blocks, x) in row_and_x(GgmlType::Q5_K)) {
-        check_agreement(GgmlType::Q5_K, ActPrecision::F32, &blocks, &x);
+        check_agreement(GgmlType::Q5_K, Form::F32, &blocks, &x);
     }
 
     #[test]
     fn q6_k_f32_kernels_agree((blocks, x) in row_and_x(GgmlType::Q6_K)) {
-        check_agreement(GgmlType::Q6_K, ActPrecision::F32, &blocks, &x);
+        check_agreement(GgmlType::Q6_K, Form::F32, &blocks, &x);
     }
 
     #[test]
     fn int8_kernels_agree(
         (ty, (blocks, x)) in int8_types().prop_flat_map(|ty| (Just(ty), row_and_x(ty)))
     ) {
-        check_agreement(ty, ActPrecision::Int8, &blocks, &x);
+        check_agreement(ty, Form::Int8, &blocks, &x);
+        check_agreement(ty, Form::Int8Per32, &blocks, &x);
     }
 
     /// (c) Int8 activations move the product by at most their rounding: `|x - d_x q_x| <=
-    /// d_x / 2 = amax / 254` per value, so `|int8 - f32| <= M / 254` plus the f32 roundings
-    /// (`2e-5 M`). A wrong quant, bit, scale or activation block breaks it.
+    /// d_x / 2 = amax / 254` per value (`amax` over the activations' quantization block: 32
+    /// values, 256 for K-quant rows against Q8_K), so `|int8 - f32| <= M / 254` plus the f32
+    /// roundings (`2e-5 M`). A wrong quant, bit, scale or activation block breaks it.
     #[test]
     fn int8_activations_move_a_row_by_at_most_their_rounding(
         (ty, (blocks, x)) in int8_types().prop_flat_map(|ty| (Just(ty), row_and_x(ty))),
         detected in any::<bool>(),
+        per32 in any::<bool>(),
     ) {
         let kernels = if detected { Kernels::detect() } else { Kernels::Portable };
+        let form = if per32 { Form::Int8Per32 } else { Form::Int8 };
         let row = blocks.concat();
-        let (mut f, mut i) = (Q8Acts::new(ActPrecision::F32), Q8Acts::new(ActPrecision::Int8));
+        let (mut f, mut i) = (Q8Acts::new(ActPrecision::F32), form.acts());
         f.quantize(&x);
         i.quantize(&x);
         let exact = dot_row(ty, &row, &f, Kernels::Portable).unwrap() as f64;
         let int8 = dot_row(ty, &row, &i, kernels).unwrap() as f64;
-        let m = magnitude(ty, &blocks, &x);
+        let m = magnitude(ty, &blocks, &x, form.block(ty));
         let bound = m / 254.0 + 2e-5 * m;
         prop_assert!(
             (int8 - exact).abs() <= bound,
-            "{} {:?}: int8 {} vs f32 {}, |diff| {} > {}", ty, kernels, int8, exact,
+            "{} {:?} {:?}: int8 {} vs f32 {}, |diff| {} > {}", ty, form, kernels, int8, exact,
             (int8 - exact).abs(), bound
         );
     }
 
 
 
+}
+
+/// f16 scales at the extremes (zero, +-65504, the smallest subnormal, the largest
+/// subnormal, the smallest normal) or any finite one.
+fn extreme_scale() -> impl Strategy<Value = f16> {
+    prop_oneof![
+        Just(f16::ZERO),
+        Just(f16::MAX),
+        Just(f16::MIN),
+        Just(f16::from_bits(0x0001)),
+        Just(f16::from_bits(0x83ff)),
+        Just(f16::MIN_POSITIVE),
+        scale(),
+    ]
+}
+
+/// One K-quant block: random bytes, all zero or all ones (every quant, scale and min at its
+/// largest; Q6_K's scales -1), its f16 scales from [`extreme_scale`].
+fn k_block(ty: GgmlType) -> impl Strategy<Value = Vec<u8>> {
+    let bytes = ty.block().unwrap().1 as usize;
+    (
+        prop::collection::vec(extreme_scale(), 2),
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), bytes),
+            Just(vec![0u8; bytes]),
+            Just(vec![0xffu8; bytes]),
+        ],
+    )
+        .prop_map(move |(h, mut b)| {
+            for (&at, h) in scale_offsets(ty).iter().zip(h) {
+                b[at..at + 2].copy_from_slice(&h.to_le_bytes());
+            }
+            b
+        })
+}
+
+/// 1 to 4 K-quant blocks of `ty` and activations for them: per 256-block all zero, or values
+/// in (-1, 1) (a quarter of them zero) times `2^e`, `e` in -30..20, with one outlier up to
+/// `1e4` times larger.
+fn k_row_and_x(ty: GgmlType) -> impl Strategy<Value = (Vec<Vec<u8>>, Vec<f32>)> {
+    let act_block = (
+        prop::collection::vec(prop_oneof![3 => -1.0f32..1.0, 1 => Just(0.0f32)], 256),
+        -30i32..20,
+        (0usize..256, -1e4f32..1e4),
+        0u8..8,
+    )
+        .prop_map(|(mut v, e, (at, outlier), kind)| {
+            if kind == 0 {
+                return vec![0.0; 256];
+            }
+            v[at] = outlier;
+            v.iter().map(|x| x * 2f32.powi(e)).collect::<Vec<f32>>()
+        });
+    (1usize..=4).prop_flat_map(move |nb| {
+        (
+            prop::collection::vec(k_block(ty), nb),
+            prop::collection::vec(act_block.clone(), nb).prop_map(|v| v.concat()),
+        )
+    })
+}
+
+fn k_types() -> impl Strategy<Value = GgmlType> {
+    prop::sample::select(&[GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K][..])
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// (a) for the Q8_K kernels at the extremes: AVX2 and portable share their integer sums,
+    /// so they differ by the f32 roundings of the last products only, `<= 1e-5 M` (`M` over
+    /// the 256-blocks of the activations).
+    #[test]
+    fn q8k_kernels_agree_at_extreme_scales(
+        (ty, (blocks, x)) in k_types().prop_flat_map(|ty| (Just(ty), k_row_and_x(ty)))
+    ) {
+        check_agreement(ty, Form::Int8, &blocks, &x);
+    }
+
+    /// (d) Against the dequantize-then-f32 product `sum_i w_i x_i` (in f64): Q8_K moves each
+    /// value by at most half its block's step, `|x_i - d_x q_x,i| <= d_x / 2`, so
+    /// `|int8 - exact| <= sum_i |w_i| d_x(i) / 2`, plus the f32 roundings of both (`2e-5 M`).
+    #[test]
+    fn q8k_products_stay_within_half_a_step_per_value_of_the_dequantized_product(
+        (ty, (blocks, x)) in k_types().prop_flat_map(|ty| (Just(ty), k_row_and_x(ty))),
+        detected in any::<bool>(),
+    ) {
+        let kernels = if detected { Kernels::detect() } else { Kernels::Portable };
+        let row = blocks.concat();
+        let mut w = vec![0.0f32; x.len()];
+        prop_assert!(qada_model::quant::dequantize(ty, &row, &mut w));
+        let exact: f64 = w.iter().zip(&x).map(|(&w, &x)| w as f64 * x as f64).sum();
+        let mut a = Form::Int8.acts();
+        a.quantize(&x);
+        let int8 = dot_row(ty, &row, &a, kernels).unwrap() as f64;
+        let step: Vec<f64> = x
+            .chunks(256)
+            .map(|xs| xs.iter().fold(0.0f64, |m, &v| m.max(v.abs() as f64)) / 127.0)
+            .collect();
+        let rounding: f64 = w
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| (w as f64).abs() * step[i / 256] / 2.0)
+            .sum();
+        let bound = rounding + 2e-5 * magnitude(ty, &blocks, &x, 256);
+        prop_assert!(
+            (int8 - exact).abs() <= bound,
+            "{} {:?}: int8 {} vs dequantized {}, |diff| {} > {}", ty, kernels, int8, exact,
+            (int8 - exact).abs(), bound
+        );
+    }
 }
 
 /// The types with int8 kernels.

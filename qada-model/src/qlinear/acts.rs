@@ -2,19 +2,26 @@
 
 use super::QK;
 
+/// Values per block of the activations' Q8_K form: one K-quant block.
+pub(crate) const QK_K: usize = 256;
+/// Values per partial sum (`bsums`) of the Q8_K form: one Q6_K scale group.
+pub(crate) const BSUM: usize = 16;
+
 /// How activations enter the quantized products.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ActPrecision {
     /// f32 activations against unpacked weights: the f32 path's result up to summation order.
     #[default]
     F32,
-    /// Activations rounded to 8 bits per 32-block, integer products (llama.cpp's scheme).
+    /// Activations rounded to 8 bits per 32-block (per 256-block against K-quant rows),
+    /// integer products (llama.cpp's scheme).
     Int8,
 }
 
 /// Activations `x` prepared for the products of one or more layers: as f32 with per-block
 /// sums and in the Q4 kernel's nibble order, and (for [`ActPrecision::Int8`]) quantized per
-/// block of 32, `x ~ d q` with `q` in [-127, 127].
+/// block of 32, `x ~ d q` with `q` in [-127, 127], and, when `x` is whole blocks of 256, per
+/// block of 256 for the K-quant rows (llama.cpp's Q8_K form).
 ///
 /// Every buffer is rebuilt by [`Q8Acts::quantize`], so the lengths always agree with
 /// [`Q8Acts::len`]: the kernels rely on it.
@@ -33,8 +40,63 @@ pub struct Q8Acts {
     /// The f32 activations of each 32-block in the order the AVX2 Q4 kernel unpacks nibbles
     /// ([`nibble_order`]), the last block padded with zeros.
     pub(crate) f_nib: Vec<f32>,
+    /// The Q8_K form (one scale per 256 values) the K-quant kernels read; empty unless
+    /// int8 and the length is whole blocks of 256.
+    pub(crate) k: Q8K,
+    /// Whether [`Q8Acts::quantize`] builds the Q8_K form ([`Q8Acts::without_q8k`]).
+    pub(crate) no_q8k: bool,
     /// Which product to use: f32 activations (near-exact) or int8 (faster, coarser).
     pub(crate) precision: ActPrecision,
+}
+
+/// Activations quantized per block of 256 values, llama.cpp's Q8_K: `x ~ d q` with
+/// `d = max|x| / 127` and `q = round(x / d)` in [-127, 127] (llama.cpp takes
+/// `d = -x_max / 127`, `x_max` the value of largest magnitude: the same step, sign moved into
+/// `q`), and `bsums`, the sum of `q` over each 16 values (`|.| <= 16 * 127 = 2032`).
+///
+/// A K-quant block meets one scale: its sub-block scales and mins stay integers until one
+/// float product per block.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Q8K {
+    /// Scale of each 256-block.
+    pub(crate) d: Vec<f32>,
+    /// Quantized values, `256 * blocks`.
+    pub(crate) q: Vec<i8>,
+    /// `sum(q)` of each 16 values, `16 * blocks`.
+    pub(crate) bsums: Vec<i16>,
+}
+
+impl Q8K {
+    /// Quantize `x` (whole blocks of 256) per 256-block; empty for an `x` of another length.
+    fn quantize(&mut self, x: &[f32]) {
+        self.d.clear();
+        self.q.clear();
+        self.bsums.clear();
+        if x.len() % QK_K != 0 {
+            return;
+        }
+        for xs in x.chunks_exact(QK_K) {
+            let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+            let d = amax / 127.0;
+            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let start = self.q.len();
+            self.q.extend(
+                xs.iter()
+                    .map(|&v| nearest_int(v * inv).clamp(-127, 127) as i8),
+            );
+            self.bsums.extend(
+                self.q[start..]
+                    .chunks_exact(BSUM)
+                    .map(|c| c.iter().map(|&v| v as i16).sum::<i16>()),
+            );
+            self.d.push(d);
+        }
+    }
+
+    /// True when the form holds no block (not int8, or a length not whole 256-blocks).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.d.is_empty()
+    }
 }
 
 impl Q8Acts {
@@ -44,6 +106,16 @@ impl Q8Acts {
             precision,
             ..Default::default()
         }
+    }
+
+    /// Without the Q8_K form (one scale per 256 values): K-quant rows then take the int8
+    /// kernels per 32 values, as before the Q8_K form existed. For benchmarks and tests
+    /// comparing the two; decoding never needs it.
+    #[doc(hidden)]
+    pub fn without_q8k(mut self) -> Self {
+        self.no_q8k = true;
+        self.k = Q8K::default();
+        self
     }
 
     /// The precision the products use.
@@ -81,8 +153,12 @@ impl Q8Acts {
                 *o = x.get(b * QK + nibble_order(p)).copied().unwrap_or(0.0);
             }
         }
+        self.k.quantize(&[]);
         if self.precision == ActPrecision::F32 {
             return;
+        }
+        if !self.no_q8k {
+            self.k.quantize(x);
         }
         self.d.resize(nb, 0.0);
         self.s.resize(nb, 0.0);
@@ -95,7 +171,7 @@ impl Q8Acts {
             let q = &mut self.q[b * QK..(b + 1) * QK];
             let mut sum = 0i32;
             for (i, qi) in q.iter_mut().enumerate() {
-                let v = xs.get(i).map_or(0, |&v| (v * inv).round() as i32);
+                let v = xs.get(i).map_or(0, |&v| nearest_int(v * inv));
                 *qi = v.clamp(-127, 127) as i8;
                 sum += *qi as i32;
             }
@@ -103,6 +179,15 @@ impl Q8Acts {
             self.s[b] = d * sum as f32;
         }
     }
+}
+
+/// `x` rounded to the nearest integer, ties to even (llama.cpp's `nearest_int`), for
+/// `|x| <= 2^22`: adding `1.5 * 2^23` leaves no fraction bits, so the addition rounds. No
+/// library call (`roundf` is one on x86-64 without SSE4.1), so the loops over it vectorize.
+#[inline(always)]
+fn nearest_int(x: f32) -> i32 {
+    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
+    ((x + MAGIC) - MAGIC) as i32
 }
 
 /// Which value of a Q4 block the AVX2 kernel finds in position `p` (0..32) of its four 8-lane
@@ -142,5 +227,83 @@ mod tests {
             assert_eq!((a.sums.len(), a.d.len(), a.s.len()), (nb, nb, nb));
             assert_eq!((a.q.len(), a.f_nib.len()), (nb * QK, nb * QK));
         }
+        for (n, whole) in [
+            (512usize, true),
+            (256, true),
+            (70, false),
+            (0, false),
+            (300, false),
+        ] {
+            let x: Vec<f32> = (0..n).map(|i| i as f32 - 20.0).collect();
+            a.quantize(&x);
+            let nk = if whole { n / QK_K } else { 0 };
+            assert_eq!(a.k.d.len(), nk, "length {n}");
+            assert_eq!(
+                (a.k.q.len(), a.k.bsums.len()),
+                (nk * QK_K, nk * QK_K / BSUM)
+            );
+        }
+        let mut f = Q8Acts::new(ActPrecision::F32);
+        f.quantize(&[1.0; 256]);
+        assert!(f.k.is_empty());
+        let mut old = Q8Acts::new(ActPrecision::Int8).without_q8k();
+        old.quantize(&[1.0; 256]);
+        assert!(old.k.is_empty() && old.q.len() == 256);
+    }
+
+    /// Q8_K: `|x - d q| <= d / 2` with `d = max|x| / 127` per 256 values, `|q| <= 127`, and
+    /// `bsums` the sums of `q` over each 16 values.
+    #[test]
+    fn nearest_int_rounds_to_nearest_with_ties_to_even() {
+        for (x, want) in [
+            (0.5f32, 0),
+            (1.5, 2),
+            (2.5, 2),
+            (-0.5, 0),
+            (-1.5, -2),
+            (126.6, 127),
+        ] {
+            assert_eq!(nearest_int(x), want, "{x}");
+        }
+        let mut x = -200.0f32;
+        while x < 200.0 {
+            let n = nearest_int(x);
+            assert!((x - n as f32).abs() <= 0.5, "{x} -> {n}");
+            if (x - x.trunc()).abs() != 0.5 {
+                assert_eq!(n, x.round() as i32, "{x}");
+            }
+            x += 0.0137;
+        }
+    }
+
+    #[test]
+    fn q8k_rounds_each_value_by_at_most_half_its_block_step() {
+        let mut a = Q8Acts::new(ActPrecision::Int8);
+        // a small block, one with an outlier, an all-zero one
+        let mut x: Vec<f32> = (0..768)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) * if i < 256 { 1e-3 } else { 7.0 })
+            .collect();
+        x[300] = -900.0;
+        x[512..768].iter_mut().for_each(|v| *v = 0.0);
+        a.quantize(&x);
+        for (b, xs) in x.chunks(QK_K).enumerate() {
+            let amax = xs.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let d = a.k.d[b];
+            assert_eq!(d, amax / 127.0);
+            let q = &a.k.q[b * QK_K..(b + 1) * QK_K];
+            for (v, &qi) in xs.iter().zip(q) {
+                assert!(qi >= -127);
+                assert!(
+                    (v - d * qi as f32).abs() <= d / 2.0 * (1.0 + 1e-6),
+                    "{v} vs {d} * {qi}"
+                );
+            }
+            for (t, s) in a.k.bsums[b * 16..(b + 1) * 16].iter().enumerate() {
+                let want: i32 = q[16 * t..16 * t + 16].iter().map(|&v| v as i32).sum();
+                assert_eq!(*s as i32, want);
+            }
+        }
+        assert_eq!(a.k.q[300], -127);
+        assert!(a.k.q[512..].iter().all(|&v| v == 0));
     }
 }

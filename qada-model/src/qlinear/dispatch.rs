@@ -95,9 +95,13 @@ fn blocks<B: QuantBlock>(row: &[u8]) -> &[B] {
 pub(crate) fn dot_row_checked(ty: GgmlType, row: &[u8], a: &Q8Acts, k: Kernels) -> f32 {
     debug_assert!(check_row(ty, row.len(), a.len()).is_ok());
     let int8 = a.precision == ActPrecision::Int8;
+    // K-quant rows against int8 activations take the Q8_K form (one scale per 256 values)
+    // when `a` has it: always, unless built `without_q8k` (a K-quant row holds whole 256-blocks).
+    let q8k = int8 && !a.k.is_empty();
     // The AVX2 arms: `k` is `Kernels::Avx2` only with a token from `Avx2::detect`, so the CPU
     // runs AVX2, FMA and F16C; `check_row` made `row` whole blocks of exactly `a.len()` values,
-    // and `Q8Acts::quantize` sizes every buffer of `a` for `a.len()` values (`q` when int8).
+    // and `Q8Acts::quantize` sizes every buffer of `a` for `a.len()` values (`q` when int8,
+    // the Q8_K form `a.k` with one block per 256 values when not empty).
     match (ty, k, int8) {
         #[cfg(target_arch = "x86_64")]
         (GgmlType::Q4_1, Kernels::Avx2(_), false) => {
@@ -157,6 +161,21 @@ pub(crate) fn dot_row_checked(ty: GgmlType, row: &[u8], a: &Q8Acts, k: Kernels) 
             unsafe { super::avx2_int8::dot_q5_0(blocks(row), a) }
         }
         #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q4_K, Kernels::Avx2(_), true) if q8k => {
+            // SAFETY: see above: features proven, `a.k` one Q8_K block per row block.
+            unsafe { super::avx2_int8::dot_q4_k_q8k(blocks(row), &a.k) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q5_K, Kernels::Avx2(_), true) if q8k => {
+            // SAFETY: see above: features proven, `a.k` one Q8_K block per row block.
+            unsafe { super::avx2_int8::dot_q5_k_q8k(blocks(row), &a.k) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        (GgmlType::Q6_K, Kernels::Avx2(_), true) if q8k => {
+            // SAFETY: see above: features proven, `a.k` one Q8_K block per row block.
+            unsafe { super::avx2_int8::dot_q6_k_q8k(blocks(row), &a.k) }
+        }
+        #[cfg(target_arch = "x86_64")]
         (GgmlType::Q4_K, Kernels::Avx2(_), true) => {
             // SAFETY: see above: features proven, `a` int8 with 32 quants and one sum per 32
             // values.
@@ -177,6 +196,9 @@ pub(crate) fn dot_row_checked(ty: GgmlType, row: &[u8], a: &Q8Acts, k: Kernels) 
         (GgmlType::Q4_0, _, true) => portable::dot_q4_0(blocks(row), a),
         (GgmlType::Q8_0, _, true) => portable::dot_q8_0(blocks(row), a),
         (GgmlType::Q5_0, _, true) => portable::dot_q5_0(blocks(row), a),
+        (GgmlType::Q4_K, _, true) if q8k => portable::dot_q4_k_q8k(blocks(row), &a.k),
+        (GgmlType::Q5_K, _, true) if q8k => portable::dot_q5_k_q8k(blocks(row), &a.k),
+        (GgmlType::Q6_K, _, true) if q8k => portable::dot_q6_k_q8k(blocks(row), &a.k),
         (GgmlType::Q4_K, _, true) => portable::dot_q4_k(blocks(row), a),
         (GgmlType::Q5_K, _, true) => portable::dot_q5_k(blocks(row), a),
         (GgmlType::Q6_K, _, true) => portable::dot_q6_k(blocks(row), a),

@@ -5,14 +5,17 @@
 //! With f32 activations (the default) Q4_0, Q4_1, Q5_0, Q8_0, Q4_K, Q5_K and Q6_K rows have
 //! AVX2 kernels (quants unpacked to f32 lanes by shifts and masks, FMA with the activations);
 //! with int8 activations (8 bits per 32-value block) the same types have integer kernels,
-//! per 32 values `d_w d_x sum(q_w q_x)` (a K-quant's sub-block scale inside `d_w`; plus
-//! `m_w` times the activations' block sum for Q4_1, Q4_K and Q5_K), AVX2 or portable with the
-//! same integer sums. Every other combination is dequantized block by block into a small buffer and multiplied
+//! per 32 values `d_w d_x sum(q_w q_x)` (plus `m_w` times the activations' block sum for
+//! Q4_1), AVX2 or portable with the same integer sums. K-quant rows (Q4_K, Q5_K, Q6_K) meet
+//! the activations' Q8_K form instead (one scale per 256 values, llama.cpp's scheme): per
+//! block `d_w d_x (sum_s sc_s sum(q_w q_x) - sum_s m_s sum(q_x))` with the sub-block scales
+//! and mins as integers, one float product per 256 values. Every other combination is dequantized block by block into a small buffer and multiplied
 //! in f32. F32 weights use f32 products. The AVX2 kernels run only with
 //! a token from CPU detection ([`Kernels::detect`]).
 //!
 //! The integer sums are exact; what differs from the f32 reference is the 8-bit rounding of
-//! the activations (relative error up to 1/254 of a block's largest value).
+//! the activations (error up to 1/254 of the largest value of their block: 32 values, 256
+//! for K-quant rows).
 //!
 //! Files, one idea each: `acts.rs` ([`Q8Acts`], the activations prepared once per product),
 //! `dispatch.rs` ([`Kernels`], [`dot_row`]: length checks and the choice of kernel),

@@ -5,10 +5,11 @@
 //! ([`dot_f32`], generic over the block type). Callers check lengths (`dispatch`); indexing
 //! here is bounds-checked anyway.
 
+use super::acts::{BSUM, Q8K, QK_K};
 use super::{Q8Acts, QK};
 use crate::quant::{
-    f16_value, scale_min_k4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ6K,
-    BlockQ8_0, Dequantize, GgmlType,
+    f16_value, k4_scales_mins, scale_min_k4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0,
+    BlockQ6K, BlockQ8_0, Dequantize, GgmlType,
 };
 
 /// Row of any block type against f32 activations `x` (`VALUES` per block).
@@ -134,29 +135,22 @@ fn dot_k4<B>(
 
 /// One Q4_K row against int8 activations.
 pub(crate) fn dot_q4_k(row: &[BlockQ4K], a: &Q8Acts) -> f32 {
-    dot_k4(
-        row,
-        a,
-        |blk| (&blk.scales, f16_value(blk.d), f16_value(blk.dmin)),
-        |blk, s, l| {
-            let byte = blk.qs[32 * (s / 2) + l];
-            (if s % 2 == 0 { byte & 0x0f } else { byte >> 4 }) as i32
-        },
-    )
+    dot_k4(row, a, q4_k_parts, q4_k_quant)
 }
 
 /// One Q5_K row against int8 activations.
 pub(crate) fn dot_q5_k(row: &[BlockQ5K], a: &Q8Acts) -> f32 {
-    dot_k4(
-        row,
-        a,
-        |blk| (&blk.scales, f16_value(blk.d), f16_value(blk.dmin)),
-        |blk, s, l| {
-            let byte = blk.qs[32 * (s / 2) + l];
-            let low = if s % 2 == 0 { byte & 0x0f } else { byte >> 4 };
-            low as i32 + (((blk.qh[l] >> s) & 1) << 4) as i32
-        },
-    )
+    dot_k4(row, a, q5_k_parts, q5_k_quant)
+}
+
+/// The unsigned 6-bit quant `l` of quarter `i` of half `n` of a Q6_K block (value
+/// `128 n + 32 i + l` in the kernels' order): low four bits from `ql[64 n + 32 (i % 2) + l]`
+/// (low nibble for `i < 2`), high two from bits `2 i, 2 i + 1` of `qh[32 n + l]`.
+fn q6_k_quant(blk: &BlockQ6K, n: usize, i: usize, l: usize) -> i32 {
+    let byte = blk.ql[64 * n + 32 * (i % 2) + l];
+    let low = if i < 2 { byte & 0x0f } else { byte >> 4 };
+    let high = (blk.qh[32 * n + l] >> (2 * i)) & 3;
+    (low | (high << 4)) as i32
 }
 
 /// One Q6_K row against int8 activations (value order as `avx2_int8::dot_q6_k`).
@@ -170,16 +164,103 @@ pub(crate) fn dot_q6_k(row: &[BlockQ6K], a: &Q8Acts) -> f32 {
                 let q = &a.q[at * QK..at * QK + QK];
                 let mut s = 0i32;
                 for (l, &x) in q.iter().enumerate() {
-                    let byte = blk.ql[64 * n + 32 * (i % 2) + l];
-                    let low = if i < 2 { byte & 0x0f } else { byte >> 4 };
-                    let high = (blk.qh[32 * n + l] >> (2 * i)) & 3;
-                    let w = (low | (high << 4)) as i32 - 32;
+                    let w = q6_k_quant(blk, n, i, l) - 32;
                     let sc = blk.scales[8 * n + 2 * i + l / 16] as i32;
                     s += sc * w * x as i32;
                 }
                 acc += d * a.d[at] * s as f32;
             }
         }
+    }
+    acc
+}
+
+/// One Q4_K or Q5_K row against the Q8_K activations `k`: per block `b`,
+/// `d d_x sum_s sc_s sum_j q_j q_x,j - dmin d_x sum_s m_s sum_j q_x,j` with the sums over the
+/// eight sub-blocks `s` in i32 (the `sum_j q_x,j` of a sub-block two of `k`'s `bsums`);
+/// `quant(blk, s, l)` is value `l` of sub-block `s`.
+fn dot_k4_q8k<B>(
+    row: &[B],
+    k: &Q8K,
+    parts: impl Fn(&B) -> (&[u8; 12], f32, f32),
+    quant: impl Fn(&B, usize, usize) -> i32,
+) -> f32 {
+    let mut acc = 0.0f32;
+    for (b, blk) in row.iter().enumerate() {
+        let (scales, d, dmin) = parts(blk);
+        let sm = k4_scales_mins(scales);
+        let q = &k.q[b * QK_K..(b + 1) * QK_K];
+        let bs = &k.bsums[b * QK_K / BSUM..(b + 1) * QK_K / BSUM];
+        let (mut sums, mut mins) = (0i32, 0i32);
+        for s in 0..8 {
+            let w = (0..32).map(|l| quant(blk, s, l));
+            sums += sm[s] as i32 * isum(w, &q[QK * s..QK * (s + 1)]);
+            mins += sm[8 + s] as i32 * (bs[2 * s] as i32 + bs[2 * s + 1] as i32);
+        }
+        let dx = k.d[b];
+        acc += d * dx * sums as f32 - dmin * dx * mins as f32;
+    }
+    acc
+}
+
+/// The scales, `d` and `dmin` of a Q4_K block, as [`dot_k4`] and [`dot_k4_q8k`] read them.
+fn q4_k_parts(blk: &BlockQ4K) -> (&[u8; 12], f32, f32) {
+    (&blk.scales, f16_value(blk.d), f16_value(blk.dmin))
+}
+
+/// The scales, `d` and `dmin` of a Q5_K block.
+fn q5_k_parts(blk: &BlockQ5K) -> (&[u8; 12], f32, f32) {
+    (&blk.scales, f16_value(blk.d), f16_value(blk.dmin))
+}
+
+/// Value `l` of sub-block `s` of a Q4_K block.
+fn q4_k_quant(blk: &BlockQ4K, s: usize, l: usize) -> i32 {
+    let byte = blk.qs[32 * (s / 2) + l];
+    (if s % 2 == 0 { byte & 0x0f } else { byte >> 4 }) as i32
+}
+
+/// Value `l` of sub-block `s` of a Q5_K block.
+fn q5_k_quant(blk: &BlockQ5K, s: usize, l: usize) -> i32 {
+    let byte = blk.qs[32 * (s / 2) + l];
+    let low = if s % 2 == 0 { byte & 0x0f } else { byte >> 4 };
+    low as i32 + (((blk.qh[l] >> s) & 1) << 4) as i32
+}
+
+/// One Q4_K row against the Q8_K activations `k` ([`dot_k4_q8k`]).
+pub(crate) fn dot_q4_k_q8k(row: &[BlockQ4K], k: &Q8K) -> f32 {
+    dot_k4_q8k(row, k, q4_k_parts, q4_k_quant)
+}
+
+/// One Q5_K row against the Q8_K activations `k` ([`dot_k4_q8k`]).
+pub(crate) fn dot_q5_k_q8k(row: &[BlockQ5K], k: &Q8K) -> f32 {
+    dot_k4_q8k(row, k, q5_k_parts, q5_k_quant)
+}
+
+/// One Q6_K row against the Q8_K activations `k`: per block,
+/// `d d_x (sum_j sc_t(j) q_j q_x,j - 32 sum_t sc_t sum_(j in t) q_x,j)` over the 16 groups `t`
+/// of 16 values, `q_j` the unsigned 6-bit quant (its offset of 32 through `k`'s `bsums`).
+pub(crate) fn dot_q6_k_q8k(row: &[BlockQ6K], k: &Q8K) -> f32 {
+    let mut acc = 0.0f32;
+    for (b, blk) in row.iter().enumerate() {
+        let q = &k.q[b * QK_K..(b + 1) * QK_K];
+        let bs = &k.bsums[b * QK_K / BSUM..(b + 1) * QK_K / BSUM];
+        let mut sums = 0i32;
+        for n in 0..2 {
+            for i in 0..4 {
+                for l in 0..32 {
+                    let w = q6_k_quant(blk, n, i, l);
+                    let sc = blk.scales[8 * n + 2 * i + l / 16] as i32;
+                    sums += sc * w * q[128 * n + 32 * i + l] as i32;
+                }
+            }
+        }
+        let offset: i32 = blk
+            .scales
+            .iter()
+            .zip(bs)
+            .map(|(&sc, &s)| sc as i32 * s as i32)
+            .sum();
+        acc += f16_value(blk.d) * k.d[b] * (sums - 32 * offset) as f32;
     }
     acc
 }

@@ -150,3 +150,51 @@ pub(crate) fn scale_min_k4(j: usize, q: &[u8; 12]) -> (f32, f32) {
         )
     }
 }
+
+/// The eight 6-bit scales and eight 6-bit mins of a Q4_K / Q5_K block from its 12 bytes,
+/// `[sc_0, .., sc_7, m_0, .., m_7]` (ggml's `get_scale_min_k4` for every `j` at once), by
+/// four 32-bit words: `sc_0..3 = q[0..4] & 63`, `m_0..3 = q[4..8] & 63`,
+/// `sc_j = q[j + 4] & 15 | (q[j - 4] >> 6) << 4` and `m_j = q[j + 4] >> 4 | (q[j] >> 6) << 4`
+/// for `j >= 4`.
+#[inline]
+pub(crate) fn k4_scales_mins(q: &[u8; 12]) -> [u8; 16] {
+    let word = |i: usize| u32::from_le_bytes([q[4 * i], q[4 * i + 1], q[4 * i + 2], q[4 * i + 3]]);
+    let (u0, u1, u2) = (word(0), word(1), word(2));
+    let (low6, low4, top2) = (0x3f3f_3f3f, 0x0f0f_0f0f, 0x0303_0303);
+    let words = [
+        u0 & low6,
+        (u2 & low4) | (((u0 >> 6) & top2) << 4),
+        u1 & low6,
+        ((u2 >> 4) & low4) | (((u1 >> 6) & top2) << 4),
+    ];
+    let mut out = [0u8; 16];
+    for (o, w) in out.chunks_exact_mut(4).zip(words) {
+        o.copy_from_slice(&w.to_le_bytes());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn k4_scales_mins_unpacks_as_get_scale_min_k4() {
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..200 {
+            let q: [u8; 12] = std::array::from_fn(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                s as u8
+            });
+            let sm = k4_scales_mins(&q);
+            for j in 0..8 {
+                let (sc, m) = scale_min_k4(j, &q);
+                assert_eq!((sm[j] as f32, sm[8 + j] as f32), (sc, m), "j {j} of {q:?}");
+            }
+        }
+        let sm = k4_scales_mins(&[0xff; 12]);
+        assert!(sm.iter().all(|&v| v == 63));
+    }
+}

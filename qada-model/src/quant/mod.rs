@@ -23,8 +23,8 @@ pub use blocks::{
     f16_value, view, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
     BlockQ8_0, F16Bytes, QuantBlock,
 };
-pub(crate) use dequant::scale_min_k4;
 pub use dequant::Dequantize;
+pub(crate) use dequant::{k4_scales_mins, scale_min_k4};
 
 use half::{bf16, f16};
 
