@@ -40,13 +40,13 @@ pub(crate) struct Buffers {
     pub(crate) x: Vec<f32>,
     /// Normed rows.
     pub(crate) h: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
+    /// Queries, keys and values one after another (`n x qd`, `n x kvd`, `n x kvd`): for one
+    /// row, the stacked output of one [`QLinear::matvec_stacked`].
+    qkv: Vec<f32>,
     att: Vec<f32>,
     proj: Vec<f32>,
-    g: Vec<f32>,
-    u: Vec<f32>,
+    /// Gate, then up (`n x n_ff` each), stacked the same way.
+    gu: Vec<f32>,
     /// Activations prepared for the quantized kernels (single rows).
     pub(crate) acts: Q8Acts,
     /// RoPE tables of the rows, `n x rope_dim / 2`, and what they were computed for.
@@ -65,13 +65,10 @@ impl Buffers {
             capacity,
             x: z(c.n_embd),
             h: z(c.n_embd),
-            q: z(qd),
-            k: z(kvd),
-            v: z(kvd),
+            qkv: z(qd + 2 * kvd),
             att: z(qd),
             proj: z(c.n_embd),
-            g: z(c.n_ff),
-            u: z(c.n_ff),
+            gu: z(2 * c.n_ff),
             acts: Q8Acts {
                 precision: model.activations,
                 ..Default::default()
@@ -97,24 +94,20 @@ impl Buffers {
     }
 }
 
-/// `y_j = W_j x` for one input and several matrices: a single row is prepared once for the
-/// quantized kernels ([`QLinear::matvec`]); a block of rows goes through
-/// [`QLinear::matmul_rows`].
-fn products(
-    acts: &mut Q8Acts,
-    x: &[f32],
-    n: usize,
-    outs: &mut [(&QLinear, &mut [f32])],
-) -> Result<()> {
+/// `Y_j = X W_j^T` for `n` rows `X` and several matrices, the outputs one after another in
+/// `y` (`n x rows_1`, then `n x rows_2`, ...). A single row is prepared once for the quantized
+/// kernels and goes through one [`QLinear::matvec_stacked`]; a block of rows goes through
+/// [`QLinear::matmul_rows`] per matrix (f32 products on dequantized tiles).
+fn products(acts: &mut Q8Acts, x: &[f32], n: usize, ws: &[&QLinear], y: &mut [f32]) -> Result<()> {
     if n == 1 {
         acts.quantize(x);
-        for (w, y) in outs.iter_mut() {
-            w.matvec(acts, y)?;
-        }
-    } else {
-        for (w, y) in outs.iter_mut() {
-            w.matmul_rows(x, n, y)?;
-        }
+        return QLinear::matvec_stacked(ws, acts, y);
+    }
+    let mut rest = y;
+    for w in ws {
+        let (out, tail) = rest.split_at_mut(n * w.rows());
+        w.matmul_rows(x, n, out)?;
+        rest = tail;
     }
     Ok(())
 }
@@ -148,13 +141,16 @@ pub(crate) fn forward(
     }
     let rope = model.rope(l);
     r.rope_tables(rope, pos0, n);
-    let (q, k, v) = (&mut r.q[..n * qd], &mut r.k[..n * kvd], &mut r.v[..n * kvd]);
+    let qkv = &mut r.qkv[..n * (qd + 2 * kvd)];
     products(
         &mut r.acts,
         &r.h[..n * e],
         n,
-        &mut [(&blk.q, &mut *q), (&blk.k, &mut *k), (&blk.v, &mut *v)],
+        &[&blk.q, &blk.k, &blk.v],
+        qkv,
     )?;
+    let (q, kv) = qkv.split_at_mut(n * qd);
+    let (k, v) = kv.split_at_mut(n * kvd);
     if let (Some(qn), Some(kn)) = (&blk.q_norm, &blk.k_norm) {
         norm_pieces(q, qn, eps);
         norm_pieces(k, kn, eps);
@@ -168,12 +164,7 @@ pub(crate) fn forward(
     attend.attend(l, q, k, v, n, pos0, &mut r.att[..n * qd])?;
 
     let proj = &mut r.proj[..n * e];
-    products(
-        &mut r.acts,
-        &r.att[..n * qd],
-        n,
-        &mut [(&blk.o, &mut *proj)],
-    )?;
+    products(&mut r.acts, &r.att[..n * qd], n, &[&blk.o], proj)?;
     if let Some(w) = &blk.post_attn_norm {
         norm_pieces(proj, w, eps);
     }
@@ -186,15 +177,11 @@ pub(crate) fn forward(
         let row = i * e..(i + 1) * e;
         rms_norm(&r.x[row.clone()], &blk.ffn_norm, eps, &mut r.h[row]);
     }
-    let (g, u) = (&mut r.g[..n * f], &mut r.u[..n * f]);
-    products(
-        &mut r.acts,
-        &r.h[..n * e],
-        n,
-        &mut [(&blk.gate, &mut *g), (&blk.up, &mut *u)],
-    )?;
+    let gu = &mut r.gu[..2 * n * f];
+    products(&mut r.acts, &r.h[..n * e], n, &[&blk.gate, &blk.up], gu)?;
+    let (g, u) = gu.split_at_mut(n * f);
     gated(c.family.activation, g, u);
-    products(&mut r.acts, g, n, &mut [(&blk.down, &mut *proj)])?;
+    products(&mut r.acts, g, n, &[&blk.down], proj)?;
     if let Some(w) = &blk.post_ffn_norm {
         norm_pieces(proj, w, eps);
     }

@@ -543,3 +543,64 @@ proptest! {
         prop_assert_eq!(got.is_ok(), len == rows * cols);
     }
 }
+
+/// Up to three layers of `cols` columns with random rows of `ty` blocks (and maybe biases),
+/// as the query, key and value products of one layer come.
+fn stacked_layers(
+    ty: GgmlType,
+    cols_blocks: usize,
+) -> impl Strategy<Value = (Vec<QLinear>, Vec<f32>)> {
+    let (per, _) = ty.block().map(|(p, b)| (p as usize, b as usize)).unwrap();
+    let cols = cols_blocks * per;
+    let layer = (0usize..40, any::<bool>()).prop_flat_map(move |(rows, with_bias)| {
+        (
+            prop::collection::vec(block(ty), rows * cols_blocks),
+            prop::collection::vec(-2.0f32..2.0, if with_bias { rows } else { 0 }),
+        )
+            .prop_map(move |(blocks, bias)| {
+                let data = blocks.concat();
+                let bias = with_bias.then_some(bias);
+                QLinear::from_blocks(rows, cols, ty, data, bias).unwrap()
+            })
+    });
+    (
+        prop::collection::vec(layer, 1..4),
+        prop::collection::vec(-4.0f32..4.0, cols),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// One parallel loop over several matrices gives each matrix's own product, bit for bit,
+    /// in its place: whatever the rows (0 included), chunk boundaries inside a matrix or
+    /// across two, biases or none.
+    #[test]
+    fn stacked_products_are_the_separate_products_one_after_another(
+        (layers, x) in prop::sample::select(&[GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q8_0][..])
+            .prop_flat_map(|ty| stacked_layers(ty, 2)),
+        precision in precision(),
+    ) {
+        let mut a = Q8Acts::new(precision);
+        a.quantize(&x);
+        let mut want = Vec::new();
+        for w in &layers {
+            let mut y = vec![0.0f32; w.rows()];
+            w.matvec(&a, &mut y).unwrap();
+            want.extend(y);
+        }
+        let ws: Vec<&QLinear> = layers.iter().collect();
+        let mut got = vec![f32::NAN; want.len()];
+        QLinear::matvec_stacked(&ws, &a, &mut got).unwrap();
+        prop_assert_eq!(
+            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
+        // one value short or over is an error, as is a matrix of other columns
+        let mut short = vec![0.0f32; want.len() + 1];
+        prop_assert!(QLinear::matvec_stacked(&ws, &a, &mut short).is_err());
+        let mut b = Q8Acts::new(precision);
+        b.quantize(&x[..x.len() - 32]);
+        prop_assert!(QLinear::matvec_stacked(&ws, &b, &mut got).is_err());
+    }
+}

@@ -226,51 +226,75 @@ impl QLinear {
     /// # Errors
     /// [`ModelError::Length`] when `a` does not hold `cols` values or `y` is not `rows` long.
     pub fn matvec(&self, a: &Q8Acts, y: &mut [f32]) -> Result<()> {
-        if a.len() != self.cols {
-            return Err(length(
-                "activations of a matrix-vector product",
-                self.cols,
-                a.len(),
-            ));
+        Self::matvec_stacked(&[self], a, y)
+    }
+
+    /// `y = [W_1; W_2; ...] x (+ b)`: several matrices of `cols` columns against one prepared
+    /// input, their outputs one after another in `y` (`rows_1 + rows_2 + ...` long). One
+    /// parallel loop over all the rows, where a `matvec` each would start and join the pool once
+    /// per matrix (a layer's query, key and value products: three times).
+    ///
+    /// # Errors
+    /// [`ModelError::Length`] when a matrix's `cols` is not `a.len()` or `y` is not the sum of
+    /// the rows long.
+    pub fn matvec_stacked(ws: &[&QLinear], a: &Q8Acts, y: &mut [f32]) -> Result<()> {
+        for w in ws {
+            if a.len() != w.cols {
+                return Err(length(
+                    "activations of a matrix-vector product",
+                    w.cols,
+                    a.len(),
+                ));
+            }
         }
-        if y.len() != self.rows {
-            return Err(length(
-                "output of a matrix-vector product",
-                self.rows,
-                y.len(),
-            ));
+        let rows: usize = ws.iter().map(|w| w.rows).sum();
+        if y.len() != rows {
+            return Err(length("output of a matrix-vector product", rows, y.len()));
         }
         let k = Kernels::detect();
-        let chunk = (self.rows / (4 * rayon::current_num_threads().max(1))).max(16);
+        let chunk = (rows / (4 * rayon::current_num_threads().max(1))).max(16);
         y.par_chunks_mut(chunk).enumerate().for_each(|(c, out)| {
-            let r0 = c * chunk;
-            match &self.storage {
-                Storage::F32(w) => {
-                    for (i, o) in out.iter_mut().enumerate() {
-                        *o = qada_core::attention::dot(
-                            &w[(r0 + i) * self.cols..(r0 + i + 1) * self.cols],
-                            &a.f,
-                        );
-                    }
+            // the matrix of the chunk's first row, and where that matrix starts in `y`
+            let (mut m, mut start) = (0, 0);
+            for (i, o) in out.iter_mut().enumerate() {
+                let r = c * chunk + i;
+                while r >= start + ws[m].rows {
+                    start += ws[m].rows;
+                    m += 1;
                 }
-                Storage::Blocks {
-                    ty,
-                    data,
-                    row_bytes,
-                } => {
-                    for (i, o) in out.iter_mut().enumerate() {
-                        let r = r0 + i;
-                        let row = &data[r * row_bytes..(r + 1) * row_bytes];
-                        // checked: `from_blocks` made rows of `cols` values, `a` holds `cols`
-                        *o = dispatch::dot_row_checked(*ty, row, a, k);
-                    }
-                }
+                *o = ws[m].row_dot(r - start, a, k);
             }
         });
-        if let Some(b) = &self.bias {
-            y.iter_mut().zip(b).for_each(|(v, b)| *v += b);
+        let mut start = 0;
+        for w in ws {
+            if let Some(b) = &w.bias {
+                y[start..start + w.rows]
+                    .iter_mut()
+                    .zip(b)
+                    .for_each(|(v, b)| *v += b);
+            }
+            start += w.rows;
         }
         Ok(())
+    }
+
+    /// Row `r` of `W` times the prepared activations (lengths checked by the caller).
+    #[inline]
+    fn row_dot(&self, r: usize, a: &Q8Acts, k: Kernels) -> f32 {
+        match &self.storage {
+            Storage::F32(w) => {
+                qada_core::attention::dot(&w[r * self.cols..(r + 1) * self.cols], &a.f)
+            }
+            Storage::Blocks {
+                ty,
+                data,
+                row_bytes,
+            } => {
+                let row = &data[r * row_bytes..(r + 1) * row_bytes];
+                // checked: `from_blocks` made rows of `cols` values, `a` holds `cols`
+                dispatch::dot_row_checked(*ty, row, a, k)
+            }
+        }
     }
 
     /// `Y = X W^T (+ b)` for the first `n` rows of `X` (`n x cols`, row-major) into the first
