@@ -232,7 +232,7 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
     let n_kv = kv.n_kv_heads();
     let d = if n_kv == 0 { 0 } else { kv.segments(0).dim };
     let n_heads = decisions.len();
-    if n_kv == 0 || d == 0 || n_heads % n_kv != 0 || n_heads / n_kv > 64 {
+    if n_kv == 0 || d == 0 || !n_heads.is_multiple_of(n_kv) || n_heads / n_kv > 64 {
         return Err(CoreError::DimensionMismatch {
             what: "query heads per KV head (at most 64)",
             expected: n_kv,

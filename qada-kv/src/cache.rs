@@ -149,7 +149,7 @@ impl KvCache {
                 found: 0,
             });
         }
-        if shape.dtype == KvDtype::Q8 && shape.head_dim % qada_stats::Q8_BLOCK != 0 {
+        if shape.dtype == KvDtype::Q8 && !shape.head_dim.is_multiple_of(qada_stats::Q8_BLOCK) {
             return Err(KvError::Q8HeadDim {
                 head_dim: shape.head_dim,
             });

@@ -493,7 +493,7 @@ proptest! {
         let x: Vec<f32> = (0..acts).map(|i| i as f32).collect();
         let mut a = Q8Acts::new(precision);
         a.quantize(&x);
-        let fits = ty.can_dequantize() && acts % per == 0 && acts / per * bytes == row.len();
+        let fits = ty.can_dequantize() && acts.is_multiple_of(per) && acts / per * bytes == row.len();
         let got = dot_row(ty, &row, &a, kernels);
         prop_assert_eq!(got.is_ok(), fits, "{} row of {} bytes, {} acts: {:?}", ty, row.len(), acts, got);
         if let Err(e) = got {

@@ -90,7 +90,7 @@ impl PageBounds {
                 found: key.len(),
             });
         }
-        if self.rows % self.page == 0 {
+        if self.rows.is_multiple_of(self.page) {
             self.min.extend_from_slice(key);
             self.max.extend_from_slice(key);
         } else {
@@ -109,13 +109,13 @@ impl PageBounds {
     /// them).
     pub fn push_rows_of(&mut self, keys: Rows<'_>) -> Result<()> {
         let d = self.dim;
-        if keys.len() % d != 0 {
+        if !keys.len().is_multiple_of(d) {
             return Err(StatsError::DimensionMismatch {
                 expected: d,
                 found: keys.len() % d,
             });
         }
-        if matches!(keys, Rows::Q8(_)) && d % crate::Q8_BLOCK != 0 {
+        if matches!(keys, Rows::Q8(_)) && !d.is_multiple_of(crate::Q8_BLOCK) {
             return Err(StatsError::DimensionMismatch {
                 expected: d.next_multiple_of(crate::Q8_BLOCK),
                 found: d,

@@ -49,7 +49,7 @@ impl<'a> Rows<'a> {
             Rows::F16(x) => Rows::F16(&x[r0 * d..r1 * d]),
             Rows::Q8(x) => {
                 assert!(
-                    d % Q8_BLOCK == 0,
+                    d.is_multiple_of(Q8_BLOCK),
                     "q8 rows of {d} values split blocks of 32"
                 );
                 let b = d / Q8_BLOCK;

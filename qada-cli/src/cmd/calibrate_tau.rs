@@ -233,7 +233,7 @@ pub fn choose(rows: &[Row], tasks: &[&str], rule: &Rule) -> CliResult<Choice> {
         }
         let kv = evidence.iter().map(|e| e.kv_bytes).sum::<f64>() / evidence.len() as f64;
         if let Some(m) = best.per_method.iter_mut().find(|m| &m.method == method) {
-            if m.kv_bytes.map_or(true, |b| kv < b) {
+            if m.kv_bytes.is_none_or(|b| kv < b) {
                 (m.tau, m.kv_bytes) = (Some(*p), Some(kv));
             }
         }

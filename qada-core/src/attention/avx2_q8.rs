@@ -162,7 +162,7 @@ pub unsafe fn block_scores_q8(
     out: &mut [f32],
 ) {
     let (n, h) = (keys.len() * Q8_BLOCK / d, queries.len() / d);
-    assert!(d > 0 && d % Q8_BLOCK == 0 && out.len() >= h * n);
+    assert!(d > 0 && d.is_multiple_of(Q8_BLOCK) && out.len() >= h * n);
     // SAFETY: the assert gives scores_group its contract; each pass takes heads j0..j0 + H <= h.
     let mut j0 = 0;
     while j0 < h {
@@ -251,7 +251,7 @@ pub unsafe fn block_accumulate_q8(
     d: usize,
 ) {
     let (n, h) = (values.len() * Q8_BLOCK / d, acc.len() / d);
-    assert!(d > 0 && d % Q8_BLOCK == 0 && weights.len() >= h * n);
+    assert!(d > 0 && d.is_multiple_of(Q8_BLOCK) && weights.len() >= h * n);
     // SAFETY: the assert gives acc_group its contract; rows r0..r1 <= n and heads
     // j0..j0 + H <= h.
     let mut r0 = 0;

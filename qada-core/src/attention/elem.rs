@@ -97,7 +97,7 @@ fn check_block(
             found: 0,
         });
     }
-    if d % per != 0 {
+    if !d.is_multiple_of(per) {
         return Err(CoreError::DimensionMismatch {
             what: "row length d of a block of q8 rows (a multiple of 32)",
             expected: d - d % per,

@@ -172,7 +172,7 @@ fn check(
     if kv.is_empty() {
         return expect("KV heads of prefill attention (at least one)", 1, 0);
     }
-    if shape.n_heads % kv.len() != 0 {
+    if !shape.n_heads.is_multiple_of(kv.len()) {
         return expect(
             "query heads of prefill attention (a multiple of the KV heads)",
             shape.n_heads.div_ceil(kv.len()) * kv.len(),

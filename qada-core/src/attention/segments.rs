@@ -59,7 +59,7 @@ impl KvSegments<'_> {
         ];
         for (what, k, v) in pairs {
             // q8 rows are whole blocks of 32: `d` must be a multiple of 32
-            let q8_ragged = matches!(k, Rows::Q8(_)) && d % qada_stats::Q8_BLOCK != 0;
+            let q8_ragged = matches!(k, Rows::Q8(_)) && !d.is_multiple_of(qada_stats::Q8_BLOCK);
             if d == 0 || k.len() % d != 0 || k.len() != v.len() || !k.same_dtype(&v) || q8_ragged {
                 return Err(CoreError::DimensionMismatch {
                     what: match what {

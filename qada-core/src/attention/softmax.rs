@@ -16,7 +16,7 @@ use super::{max_score, Elem, KvSegments};
 
 fn scores_typed<T: Elem>(q: &[f32], keys: &[T], scale: f32, out: &mut [f32]) {
     let d = q.len();
-    if d % T::VALUES != 0 {
+    if !d.is_multiple_of(T::VALUES) {
         return;
     }
     for (o, k) in out.iter_mut().zip(keys.chunks_exact(d / T::VALUES)) {
@@ -51,7 +51,7 @@ pub fn weighted_sum(acc: &mut [f32], w: &[f32], values: Rows<'_>) {
             .iter()
             .zip(v.chunks_exact(d))
             .for_each(|(&wi, r)| f16::axpy(acc, wi, r)),
-        Rows::Q8(v) if d % Q8Block::VALUES == 0 => w
+        Rows::Q8(v) if d.is_multiple_of(Q8Block::VALUES) => w
             .iter()
             .zip(v.chunks_exact(d / Q8Block::VALUES))
             .for_each(|(&wi, r)| Q8Block::axpy(acc, wi, r)),

@@ -160,7 +160,7 @@ layout!(BlockQ6K, GgmlType::Q6_K, 256, 210);
 #[inline]
 pub fn view<B: QuantBlock>(bytes: &[u8]) -> Option<&[B]> {
     let size = std::mem::size_of::<B>();
-    if bytes.len() % size != 0 {
+    if !bytes.len().is_multiple_of(size) {
         return None;
     }
     // SAFETY: every `QuantBlock` is one of the sealed layouts above: `#[repr(C)]` of byte

@@ -92,7 +92,7 @@ pub fn dense_accuracy(records: &[Record]) -> BTreeMap<(String, usize), (f64, u64
 pub fn comparable(dense: &BTreeMap<(String, usize), (f64, u64)>, task: &str, len: usize) -> bool {
     dense
         .get(&(task.to_string(), len))
-        .map_or(true, |&(acc, _)| acc >= GATE)
+        .is_none_or(|&(acc, _)| acc >= GATE)
 }
 
 /// The rows of `records`, in the order their (task, method, parameter) first appear, lengths

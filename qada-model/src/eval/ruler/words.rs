@@ -235,7 +235,7 @@ fn cwe_list(
     let mut total = 0;
     for w in common {
         total += group(words.len(), cost[w.as_str()], f_c)?;
-        words.extend(std::iter::repeat(w.as_str()).take(f_c));
+        words.extend(std::iter::repeat_n(w.as_str(), f_c));
     }
     if total + reserve > budget {
         return Err(ModelError::Input(format!(
@@ -250,7 +250,7 @@ fn cwe_list(
             break;
         }
         total += t;
-        words.extend(std::iter::repeat(w.as_str()).take(f_u));
+        words.extend(std::iter::repeat_n(w.as_str(), f_u));
         used += 1;
     }
     let pool: Vec<(usize, usize)> = (used..rest.len())
@@ -347,7 +347,7 @@ fn fwe_text(
     }
     let mut words: Vec<&str> = Vec::new();
     for (w, &k) in vocab.iter().zip(&counts) {
-        words.extend(std::iter::repeat(w.as_str()).take(k));
+        words.extend(std::iter::repeat_n(w.as_str(), k));
     }
     let picks = fill(budget - total(n), &pool, |_| Ok(0))?
         .ok_or_else(|| unfillable(RulerTask::Fwe, budget))?;
