@@ -13,7 +13,7 @@
 
 use crate::model::Model;
 use crate::ops::{gated, rms_norm, rms_norm_inplace, rope_inplace, Rope};
-use crate::qlinear::{Q8Acts, QLinear};
+use crate::qlinear::{ActPrecision, Q8Acts, QLinear};
 use crate::Result;
 
 /// What a layer does with its queries, keys and values (RoPE applied) of `n` rows at
@@ -97,16 +97,24 @@ impl Buffers {
 /// `Y_j = X W_j^T` for `n` rows `X` and several matrices, the outputs one after another in
 /// `y` (`n x rows_1`, then `n x rows_2`, ...). A single row is prepared once for the quantized
 /// kernels and goes through one [`QLinear::matvec_stacked`]; a block of rows goes through
-/// [`QLinear::matmul_rows`] per matrix (f32 products on dequantized tiles).
+/// [`QLinear::matmul_rows`] per matrix (f32 products on dequantized tiles), or, with int8
+/// activations, [`QLinear::matmul_rows_int8`] (quantized once for all the matrices).
 fn products(acts: &mut Q8Acts, x: &[f32], n: usize, ws: &[&QLinear], y: &mut [f32]) -> Result<()> {
     if n == 1 {
         acts.quantize(x);
         return QLinear::matvec_stacked(ws, acts, y);
     }
+    let int8 = match (acts.precision, ws.first()) {
+        (ActPrecision::Int8, Some(w)) => QLinear::prepare_int8(x, n, w.cols()),
+        _ => None,
+    };
     let mut rest = y;
     for w in ws {
         let (out, tail) = rest.split_at_mut(n * w.rows());
-        w.matmul_rows(x, n, out)?;
+        match &int8 {
+            Some(xq) => w.matmul_rows_int8(x, xq, n, out)?,
+            None => w.matmul_rows(x, n, out)?,
+        }
         rest = tail;
     }
     Ok(())

@@ -29,6 +29,44 @@ impl Avx2 {
     }
 }
 
+/// Proof that this CPU runs AVX-VNNI code (`vpdpbusd` on 256-bit registers: 32 u8 x i8
+/// products summed into eight i32 lanes in one instruction) besides AVX2, FMA and F16C, and
+/// that neither `QADA_PORTABLE` nor `QADA_NO_VNNI` is set (the latter keeps the AVX2 int8
+/// kernels on such a CPU, for tests and comparisons).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AvxVnni {
+    avx2: Avx2,
+}
+
+impl AvxVnni {
+    /// The token when [`Avx2::detect`] gives one, the CPU has AVX-VNNI and `QADA_NO_VNNI` is
+    /// unset; detected once per process.
+    #[inline]
+    pub fn detect() -> Option<AvxVnni> {
+        static DETECTED: OnceLock<bool> = OnceLock::new();
+        let avx2 = Avx2::detect()?;
+        let ok = *DETECTED
+            .get_or_init(|| std::env::var_os("QADA_NO_VNNI").is_none() && cpu_has_avx_vnni());
+        ok.then_some(AvxVnni { avx2 })
+    }
+
+    /// The AVX2 token this one implies.
+    #[inline]
+    pub fn avx2(self) -> Avx2 {
+        self.avx2
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_avx_vnni() -> bool {
+    is_x86_feature_detected!("avxvnni")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_has_avx_vnni() -> bool {
+    false
+}
+
 /// True when `QADA_PORTABLE` is set: every kernel takes its portable path.
 pub fn portable_forced() -> bool {
     std::env::var_os("QADA_PORTABLE").is_some()

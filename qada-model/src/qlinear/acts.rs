@@ -72,7 +72,7 @@ impl Q8K {
         self.d.clear();
         self.q.clear();
         self.bsums.clear();
-        if x.len() % QK_K != 0 {
+        if !x.len().is_multiple_of(QK_K) {
             return;
         }
         for xs in x.chunks_exact(QK_K) {
@@ -165,20 +165,26 @@ impl Q8Acts {
         self.q.resize(nb * QK, 0);
         for b in 0..nb {
             let xs = &x[b * QK..((b + 1) * QK).min(x.len())];
-            let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
-            let d = amax / 127.0;
-            let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
             let q = &mut self.q[b * QK..(b + 1) * QK];
-            let mut sum = 0i32;
-            for (i, qi) in q.iter_mut().enumerate() {
-                let v = xs.get(i).map_or(0, |&v| nearest_int(v * inv));
-                *qi = v.clamp(-127, 127) as i8;
-                sum += *qi as i32;
-            }
+            let d = quantize_block(xs, q);
             self.d[b] = d;
-            self.s[b] = d * sum as f32;
+            self.s[b] = d * q.iter().map(|&v| v as i32).sum::<i32>() as f32;
         }
     }
+}
+
+/// One block of up to 32 values into `q` (32 values, zeros past `xs`): `x ~ d q` with
+/// `d = max|x| / 127` and `q = round(x / d)` in [-127, 127]; returns `d`.
+#[inline]
+pub(crate) fn quantize_block(xs: &[f32], q: &mut [i8]) -> f32 {
+    let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+    for (i, qi) in q.iter_mut().enumerate() {
+        let v = xs.get(i).map_or(0, |&v| nearest_int(v * inv));
+        *qi = v.clamp(-127, 127) as i8;
+    }
+    d
 }
 
 /// `x` rounded to the nearest integer, ties to even (llama.cpp's `nearest_int`), for

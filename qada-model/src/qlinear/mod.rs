@@ -20,14 +20,16 @@
 //! Files, one idea each: `acts.rs` ([`Q8Acts`], the activations prepared once per product),
 //! `dispatch.rs` ([`Kernels`], [`dot_row`]: length checks and the choice of kernel),
 //! `avx2.rs` (f32 activations), `avx2_int8.rs` (int8 activations) and `portable.rs`
-//! (the kernels), this file ([`QLinear`]: products of a whole
-//! layer, and prefill's tiles). Blocks are read through the typed views of [`crate::quant`].
+//! (the kernels), `tiles_int8.rs` and `tiles_int8_x86.rs` (prefill's products with int8
+//! activations: weights in integer form, eight rows by four tokens per kernel call), this
+//! file ([`QLinear`]: products of a whole layer, and prefill's f32 tiles). Blocks are read through the typed views of [`crate::quant`].
 
 use rayon::prelude::*;
 
 use crate::ops::{gemm_strided, matmul_t};
-use crate::quant::{dequantize, GgmlType};
+use crate::quant::{dequantize, int_form_shape, GgmlType};
 use crate::{ModelError, Result};
+use tiles_int8::{TileKernel, TokenActs};
 
 mod acts;
 #[cfg(target_arch = "x86_64")]
@@ -36,6 +38,9 @@ mod avx2;
 mod avx2_int8;
 mod dispatch;
 mod portable;
+mod tiles_int8;
+#[cfg(target_arch = "x86_64")]
+mod tiles_int8_x86;
 
 pub use acts::{ActPrecision, Q8Acts};
 pub use dispatch::{dot_row, Kernels};
@@ -307,14 +312,14 @@ impl QLinear {
     pub fn matmul_rows(&self, x: &[f32], n: usize, y: &mut [f32]) -> Result<()> {
         let (rows, cols) = (self.rows, self.cols);
         let (need_x, need_y) = (n.checked_mul(cols), n.checked_mul(rows));
-        if need_x.map_or(true, |v| x.len() < v) {
+        if need_x.is_none_or(|v| x.len() < v) {
             return Err(length(
                 format!("inputs of {n} rows of {cols} (at least)"),
                 need_x.unwrap_or(usize::MAX),
                 x.len(),
             ));
         }
-        if need_y.map_or(true, |v| y.len() < v) {
+        if need_y.is_none_or(|v| y.len() < v) {
             return Err(length(
                 format!("outputs of {n} rows of {rows} (at least)"),
                 need_y.unwrap_or(usize::MAX),
@@ -349,14 +354,63 @@ impl QLinear {
                 }
             }
         }
-        if let (Some(b), true) = (&self.bias, rows > 0) {
-            for row in y[..n * rows].chunks_exact_mut(rows) {
+        self.add_bias(n, y);
+        Ok(())
+    }
+
+    /// `Y = X W^T (+ b)` as [`QLinear::matmul_rows`], with the activations rounded to 8 bits
+    /// per 32 values and integer products where the weights have an integer form and this
+    /// CPU a kernel for it (AVX2 for integers up to 63, AVX-VNNI for Q8_0 too, the portable
+    /// kernel without AVX2, all with the same results); otherwise (Q8_0 without VNNI) the
+    /// f32 tiles of [`QLinear::matmul_rows`]. `xq` is `x` prepared by
+    /// [`QLinear::prepare_int8`] (once for several matrices of the same input).
+    ///
+    /// # Errors
+    /// As [`QLinear::matmul_rows`].
+    pub fn matmul_rows_int8(
+        &self,
+        x: &[f32],
+        xq: &Int8Rows,
+        n: usize,
+        y: &mut [f32],
+    ) -> Result<()> {
+        if let Storage::Blocks {
+            ty,
+            data,
+            row_bytes,
+        } = &self.storage
+        {
+            let a = &xq.0;
+            let kernel = int_form_shape(*ty).and_then(|(_, umax)| TileKernel::for_weights(umax));
+            if let (Some(kernel), true) = (kernel, a.n == n && a.k == self.cols) {
+                if tiles_int8::matmul(kernel, *ty, data, *row_bytes, self.rows, a, y).is_some() {
+                    self.add_bias(n, y);
+                    return Ok(());
+                }
+            }
+        }
+        self.matmul_rows(x, n, y)
+    }
+
+    /// The first `n` rows of `x` (`n x cols`) quantized for [`QLinear::matmul_rows_int8`];
+    /// `None` when `cols` is not a multiple of 32 or `x` is short (the f32 tiles then run).
+    pub fn prepare_int8(x: &[f32], n: usize, cols: usize) -> Option<Int8Rows> {
+        TokenActs::quantize(x, n, cols).map(Int8Rows)
+    }
+
+    /// Adds the bias to each of the first `n` rows of `y`.
+    fn add_bias(&self, n: usize, y: &mut [f32]) {
+        if let (Some(b), true) = (&self.bias, self.rows > 0) {
+            for row in y[..n * self.rows].chunks_exact_mut(self.rows) {
                 row.iter_mut().zip(b).for_each(|(v, b)| *v += b);
             }
         }
-        Ok(())
     }
 }
+
+/// Rows of activations quantized once for several [`QLinear::matmul_rows_int8`] products.
+#[derive(Clone, Debug)]
+pub struct Int8Rows(TokenActs);
 
 #[cfg(test)]
 mod tests {

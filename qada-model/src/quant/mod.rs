@@ -14,10 +14,13 @@
 //! | Q6_K | 256 | 210 | `ql[128], qh[64], scales[16] (i8), d` | `d sc (q - 32)` per 16 |
 //!
 //! Each layout is a `#[repr(C)]` struct ([`BlockQ4_0`], ..., [`BlockQ6K`]) that [`view`] reads
-//! a row of bytes as, without copying; each block dequantizes itself ([`Dequantize`]).
+//! a row of bytes as, without copying; each block dequantizes itself ([`Dequantize`]), or
+//! writes itself as unsigned integers with a scale and an offset per sub-block
+//! ([`int_form_row`], prefill's int8 products).
 
 mod blocks;
 mod dequant;
+mod int_form;
 
 pub use blocks::{
     f16_value, view, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
@@ -25,6 +28,7 @@ pub use blocks::{
 };
 pub use dequant::Dequantize;
 pub(crate) use dequant::{k4_scales_mins, scale_min_k4};
+pub use int_form::{int_form_row, int_form_shape};
 
 use half::{bf16, f16};
 
@@ -132,7 +136,7 @@ impl GgmlType {
     /// Bytes of `n` values, `None` when `n` is not a whole number of blocks or overflows.
     pub fn bytes_for(self, n: u64) -> Option<u64> {
         let (per, bytes) = self.block()?;
-        if n % per != 0 {
+        if !n.is_multiple_of(per) {
             return None;
         }
         (n / per).checked_mul(bytes)
