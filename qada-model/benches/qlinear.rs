@@ -3,7 +3,9 @@
 //! 32-value types at SmolLM2's shapes (576 columns, the 1536 x 576 up projection), Q4_K, Q5_K
 //! and Q6_K (256-value blocks) at Qwen2.5-0.5B's down projection (4864 columns, 896 x 4864),
 //! their int8 products both against Q8_K activations (`Int8`, one scale per 256 values) and
-//! per 32 values (`Int8Per32`, the kernels before Q8_K).
+//! per 32 values (`Int8Per32`, the kernels before Q8_K). Then prefill's products of 128
+//! tokens: f32 tiles through gemm (`matmul_rows`) beside the int8 tiles (`matmul_rows_int8`)
+//! at Qwen2.5-0.5B's shapes (Q5_0 896 x 896, Q8_0 128 x 896, Q4_K and Q6_K 896 x 4864).
 //!
 //! `cargo bench -p qada-model --bench qlinear`
 
@@ -99,5 +101,31 @@ fn products(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, products);
+fn prefill(c: &mut Criterion) {
+    let mut group = c.benchmark_group("prefill_tiles");
+    group.sample_size(20);
+    let n = 128;
+    for (ty, rows, cols) in [
+        (GgmlType::Q5_0, 896, 896),
+        (GgmlType::Q8_0, 128, 896),
+        (GgmlType::Q4_K, 896, 4864),
+        (GgmlType::Q6_K, 896, 4864),
+    ] {
+        let x: Vec<f32> = (0..n * cols).map(|i| (i as f32 * 0.37).sin()).collect();
+        let layer = QLinear::from_blocks(rows, cols, ty, blocks(ty, rows, cols), None).unwrap();
+        let mut y = vec![0.0f32; n * rows];
+        group.bench_function(format!("{n}x{rows}x{cols}_{ty:?}_f32_tiles"), |b| {
+            b.iter(|| layer.matmul_rows(black_box(&x), n, &mut y))
+        });
+        group.bench_function(format!("{n}x{rows}x{cols}_{ty:?}_int8_tiles"), |b| {
+            b.iter(|| {
+                let xq = QLinear::prepare_int8(black_box(&x), n, cols).unwrap();
+                layer.matmul_rows_int8(&x, &xq, n, &mut y)
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, products, prefill);
 criterion_main!(benches);
