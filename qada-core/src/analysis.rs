@@ -58,7 +58,11 @@ pub fn probe_layer(
 ) -> Result<Vec<HeadProbe>> {
     let n_kv = kv.len();
     let d = kv.first().map_or(0, |k| k.dim);
-    if n_kv == 0 || d == 0 || !queries.len().is_multiple_of(d) || !(queries.len() / d).is_multiple_of(n_kv) {
+    if n_kv == 0
+        || d == 0
+        || !queries.len().is_multiple_of(d)
+        || !(queries.len() / d).is_multiple_of(n_kv)
+    {
         return Err(CoreError::DimensionMismatch {
             what: "queries (n_heads x d) for the KV heads",
             expected: n_kv * d,

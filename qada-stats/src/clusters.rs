@@ -65,7 +65,9 @@ impl ClusterMoments {
     /// Replace the clusters by k-means clusters of `keys` (`n x d`, f32, f16 or q8 rows).
     pub fn fit(&mut self, keys: Rows<'_>) -> Result<()> {
         let d = self.dim;
-        if !keys.len().is_multiple_of(d) || (matches!(keys, Rows::Q8(_)) && !d.is_multiple_of(crate::Q8_BLOCK)) {
+        if !keys.len().is_multiple_of(d)
+            || (matches!(keys, Rows::Q8(_)) && !d.is_multiple_of(crate::Q8_BLOCK))
+        {
             return Err(StatsError::DimensionMismatch {
                 expected: d,
                 found: keys.len() % d,
@@ -150,7 +152,9 @@ impl ClusterMoments {
     /// Fold every row of `keys` (f32, f16 or q8 rows), one at a time, in order.
     pub fn push_rows_of(&mut self, keys: Rows<'_>) -> Result<()> {
         let d = self.dim;
-        if !keys.len().is_multiple_of(d) || (matches!(keys, Rows::Q8(_)) && !d.is_multiple_of(crate::Q8_BLOCK)) {
+        if !keys.len().is_multiple_of(d)
+            || (matches!(keys, Rows::Q8(_)) && !d.is_multiple_of(crate::Q8_BLOCK))
+        {
             return Err(StatsError::DimensionMismatch {
                 expected: d,
                 found: keys.len() % d,

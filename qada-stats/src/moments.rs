@@ -239,7 +239,9 @@ impl KeyMoments {
                 // block of rows at a time (approximate moments: exact ones come from the
                 // f32 keys before quantization, as a q8 cache folds them)
                 let d = self.dim.max(1);
-                if !d.is_multiple_of(crate::Q8_BLOCK) || !(x.len() * crate::Q8_BLOCK).is_multiple_of(d) {
+                if !d.is_multiple_of(crate::Q8_BLOCK)
+                    || !(x.len() * crate::Q8_BLOCK).is_multiple_of(d)
+                {
                     return Err(StatsError::DimensionMismatch {
                         expected: self.dim,
                         found: x.len() * crate::Q8_BLOCK,

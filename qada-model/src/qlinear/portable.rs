@@ -216,13 +216,21 @@ fn q5_k_parts(blk: &BlockQ5K) -> (&[u8; 12], f32, f32) {
 /// Value `l` of sub-block `s` of a Q4_K block.
 fn q4_k_quant(blk: &BlockQ4K, s: usize, l: usize) -> i32 {
     let byte = blk.qs[32 * (s / 2) + l];
-    (if s.is_multiple_of(2) { byte & 0x0f } else { byte >> 4 }) as i32
+    (if s.is_multiple_of(2) {
+        byte & 0x0f
+    } else {
+        byte >> 4
+    }) as i32
 }
 
 /// Value `l` of sub-block `s` of a Q5_K block.
 fn q5_k_quant(blk: &BlockQ5K, s: usize, l: usize) -> i32 {
     let byte = blk.qs[32 * (s / 2) + l];
-    let low = if s.is_multiple_of(2) { byte & 0x0f } else { byte >> 4 };
+    let low = if s.is_multiple_of(2) {
+        byte & 0x0f
+    } else {
+        byte >> 4
+    };
     low as i32 + (((blk.qh[l] >> s) & 1) << 4) as i32
 }
 
