@@ -15,7 +15,7 @@
 mod common;
 
 use qada_model::qlinear::ActPrecision;
-use qada_model::{LoadOptions, Model, WeightFormat};
+use qada_model::{Model, WeightFormat};
 
 const BOUND: f32 = 1e-2;
 /// With int8 activations.
@@ -24,20 +24,7 @@ const INT8_BOUND: f32 = 2.0;
 const STEPS: usize = 6;
 
 fn load(weights: WeightFormat, activations: ActPrecision) -> Model {
-    let opts = LoadOptions {
-        weights,
-        activations,
-        ..Default::default()
-    };
-    Model::load(&common::fetched_model("gemma3-270m"), &opts).unwrap()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    common::load_with(&common::fetched_model("gemma3-270m"), weights, activations)
 }
 
 #[test]
@@ -63,7 +50,7 @@ fn native_weights_and_both_activations_stay_within_their_bounds_of_f32_weights()
         );
         let mut worst = 0.0f32;
         for (step, &tok) in greedy.iter().take(STEPS).enumerate() {
-            let err = max_diff(&le, &ln);
+            let err = common::max_abs_diff(&le, &ln);
             eprintln!("{activations:?} step {step}: largest logit difference {err}");
             worst = worst.max(err);
             assert!(
@@ -73,7 +60,7 @@ fn native_weights_and_both_activations_stay_within_their_bounds_of_f32_weights()
             le = se.step(tok).unwrap().to_vec();
             ln = sn.step(tok).unwrap().to_vec();
         }
-        let err = max_diff(&le, &ln);
+        let err = common::max_abs_diff(&le, &ln);
         worst = worst.max(err);
         assert!(
             err < bound,

@@ -18,7 +18,7 @@ mod common;
 use std::path::PathBuf;
 
 use qada_model::qlinear::ActPrecision;
-use qada_model::{LoadOptions, Model, WeightFormat};
+use qada_model::{Model, WeightFormat};
 
 const BOUND: f32 = 1e-2;
 /// With int8 activations.
@@ -31,20 +31,7 @@ fn model_path() -> PathBuf {
 }
 
 fn load(weights: WeightFormat, activations: ActPrecision) -> Model {
-    let opts = LoadOptions {
-        weights,
-        activations,
-        ..Default::default()
-    };
-    Model::load(&model_path(), &opts).unwrap()
-}
-
-fn max_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
+    common::load_with(&model_path(), weights, activations)
 }
 
 #[test]
@@ -73,14 +60,14 @@ fn compare(activations: ActPrecision, bound: f32) {
     let mut ln = sn.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
     let mut worst = 0.0f32;
     for (step, &tok) in greedy.iter().take(STEPS).enumerate() {
-        let err = max_diff(&le, &ln);
+        let err = common::max_abs_diff(&le, &ln);
         eprintln!("step {step}: largest logit difference {err}");
         worst = worst.max(err);
         assert!(err < bound, "step {step}: logits differ by {err}");
         le = se.step(tok).unwrap().to_vec();
         ln = sn.step(tok).unwrap().to_vec();
     }
-    let err = max_diff(&le, &ln);
+    let err = common::max_abs_diff(&le, &ln);
     worst = worst.max(err);
     assert!(err < bound, "step {STEPS}: logits differ by {err}");
     eprintln!(

@@ -442,31 +442,13 @@ mod tests {
     fn types_without_an_integer_form_and_short_outputs_are_refused() {
         let x = vec![0.5f32; 2 * 64];
         let a = TokenActs::quantize(&x, 2, 64).unwrap();
-        let f16_row = vec![0u8; 2 * 64];
-        let mut y = vec![0.0; 2];
-        assert!(matmul(
-            TileKernel::Portable,
-            GgmlType::F16,
-            &f16_row,
-            128,
-            1,
-            &a,
-            &mut y
-        )
-        .is_none());
-        let q8 = vec![0u8; 2 * 34];
-        let mut short = vec![0.0; 1];
-        assert!(matmul(
-            TileKernel::Portable,
-            GgmlType::Q8_0,
-            &q8,
-            68,
-            1,
-            &a,
-            &mut short
-        )
-        .is_none());
-        assert!(matmul(TileKernel::Portable, GgmlType::Q8_0, &q8, 68, 1, &a, &mut y).is_some());
+        let run = |ty: GgmlType, row: &[u8], y: &mut [f32]| {
+            matmul(TileKernel::Portable, ty, row, row.len(), 1, &a, y).is_some()
+        };
+        let (f16_row, q8_row) = (vec![0u8; 2 * 64], vec![0u8; 2 * 34]);
+        assert!(!run(GgmlType::F16, &f16_row, &mut [0.0; 2]));
+        assert!(!run(GgmlType::Q8_0, &q8_row, &mut [0.0; 1]));
+        assert!(run(GgmlType::Q8_0, &q8_row, &mut [0.0; 2]));
         assert!(TokenActs::quantize(&x, 2, 48).is_none());
         assert!(TokenActs::quantize(&x, 3, 64).is_none());
     }

@@ -256,3 +256,26 @@ pub fn load_f32(path: &std::path::Path) -> qada_model::Model {
     };
     qada_model::Model::load(path, &opts).unwrap()
 }
+
+/// A model with the given weight format and activation precision in its products.
+pub fn load_with(
+    path: &std::path::Path,
+    weights: qada_model::WeightFormat,
+    activations: qada_model::qlinear::ActPrecision,
+) -> qada_model::Model {
+    let opts = qada_model::LoadOptions {
+        weights,
+        activations,
+        ..Default::default()
+    };
+    qada_model::Model::load(path, &opts).unwrap()
+}
+
+/// Largest `|a_i - b_i|` (the slices have the same length).
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
