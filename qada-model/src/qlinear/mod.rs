@@ -22,7 +22,8 @@
 //! `avx2.rs` (f32 activations), `avx2_int8.rs` (int8 activations) and `portable.rs`
 //! (the kernels), `tiles_int8.rs` and `tiles_int8_x86.rs` (prefill's products with int8
 //! activations: weights in integer form, eight rows by four tokens per kernel call), this
-//! file ([`QLinear`]: products of a whole layer, and prefill's f32 tiles). Blocks are read through the typed views of [`crate::quant`].
+//! file ([`QLinear`]: products of a whole layer, and prefill's f32 tiles). Blocks are read
+//! through the typed views of [`crate::quant`].
 
 use rayon::prelude::*;
 
