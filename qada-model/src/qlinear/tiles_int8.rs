@@ -163,7 +163,8 @@ impl TileKernel {
                 return Some(TileKernel::Vnni(v));
             }
             if let Some(a) = qada_stats::simd::Avx2::detect() {
-                return (umax <= 63).then_some(TileKernel::Avx2(a));
+                let k = TileKernel::Avx2(a);
+                return k.handles(umax).then_some(k);
             }
         }
         let _ = umax;
@@ -344,14 +345,13 @@ mod tests {
         #[cfg(target_arch = "x86_64")]
         {
             if let Some(a) = qada_stats::simd::Avx2::detect() {
-                if umax <= 63 {
-                    ks.push(TileKernel::Avx2(a));
-                }
+                ks.push(TileKernel::Avx2(a));
             }
             if let Some(v) = qada_stats::simd::AvxVnni::detect() {
                 ks.push(TileKernel::Vnni(v));
             }
         }
+        ks.retain(|k| k.handles(umax));
         ks
     }
 
