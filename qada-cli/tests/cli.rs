@@ -175,6 +175,26 @@ fn calibrate_tau_writes_a_setting_that_generate_takes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `generate` runs the fast path (int8 activations) unless asked for the exact one, says which
+/// in its JSON, and refuses an unknown precision with the choices.
+#[test]
+fn generate_defaults_to_int8_activations_and_names_them() {
+    let m = model();
+    let m = m.to_str().unwrap();
+    let o = generate_json(m, &[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["activations"], "int8", "{v}");
+    let o = generate_json(m, &["--activations", "f32"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["activations"], "f32", "{v}");
+    assert_clean_failure(
+        &generate_json(m, &["--activations", "f16"]),
+        "--activations \"f16\": use f32 or int8",
+    );
+}
+
 #[test]
 fn generate_json_has_every_field_and_matches_the_reference_continuation() {
     let m = model();
@@ -191,9 +211,12 @@ fn generate_json_has_every_field_and_matches_the_reference_continuation() {
         "--json",
         "--criterion",
         "dense",
+        "--activations",
+        "f32",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["activations"], "f32");
     for key in [
         "prompt_ids",
         "generated_ids",
@@ -241,6 +264,8 @@ fn gemma_generates_the_reference_chat_continuation_with_its_family_template() {
         "--json",
         "--criterion",
         "dense",
+        "--activations",
+        "f32",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(

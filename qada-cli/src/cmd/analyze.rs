@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use qada_core::analysis::{Report, Summary};
 use qada_core::Tau;
 use qada_model::probe::{probe_decode, ProbeOptions};
+use qada_model::qlinear::ActPrecision;
 use serde_json::{json, Value};
 
 use crate::common::{
@@ -70,7 +71,7 @@ pub fn report_json(r: &Report) -> Value {
 }
 
 pub fn run(mut a: Args) -> CliResult<()> {
-    let model = load_model(&a.model)?;
+    let model = load_model(&a.model, ActPrecision::F32)?;
     if let (Some(why), false) = (a.criterion.resolve(&model, Fallback::Approx)?, a.json) {
         eprintln!("{why}");
     }

@@ -19,12 +19,13 @@ use std::time::Instant;
 
 use qada_core::{Decision, Dense, HeadInput, LocalityCriterion, Oracle, Tau};
 use qada_kv::MomentsMode;
+use qada_model::qlinear::ActPrecision;
 use qada_model::{Sampler, SamplingParams, Session, SessionCheckpoint, SessionOptions};
 use qada_stats::BulkSummaries;
 use serde_json::json;
 
 use crate::common::{
-    fail, load_model, progress_bar, CliResult, CriterionArgs, Fallback, ModelArgs,
+    fail, load_model, precision_name, progress_bar, CliResult, CriterionArgs, Fallback, ModelArgs,
 };
 use crate::corpus::{Corpus, Part};
 
@@ -176,7 +177,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 pub fn run(mut a: Args) -> CliResult<()> {
-    let model = load_model(&a.model)?;
+    let model = load_model(&a.model, ActPrecision::Int8)?;
     if let (Some(why), false) = (a.criterion.resolve(&model, Fallback::Approx)?, a.json) {
         eprintln!("{why}");
     }
@@ -309,6 +310,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
             "weight_bytes_per_token": weight_bytes,
             "read_bandwidth_bytes_per_s": bandwidth,
             "cpu": cpu,
+            "activations": precision_name(model.activations),
             "dense_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[0]),
             "adaptive_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[1]),
         });
@@ -331,7 +333,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
     println!("CPU: {cpu}");
     println!(
         "{} activations, {} K/V; prefill tokens/s of {} tokens after the depth (dense); decode tokens/s, median of {} runs of {} tokens (range); adaptive = {}; read bandwidth {:.1} GB/s",
-        a.model.activations,
+        precision_name(model.activations),
         a.criterion.kv,
         a.pp,
         a.reps,

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use clap::Subcommand;
 use qada_core::{Dense, StaticCalibrator, StaticTable, Tau};
 use qada_kv::{MomentsMode, WindowConfig};
+use qada_model::qlinear::ActPrecision;
 use qada_model::{Model, Session, SessionOptions};
 use qada_stats::MomentTable;
 
@@ -180,7 +181,7 @@ pub fn moment_table(
 }
 
 fn moments(a: MomentsArgs) -> CliResult<()> {
-    let model = load_model(&a.model)?;
+    let model = load_model(&a.model, ActPrecision::F32)?;
     let length = a.length.unwrap_or(model.config.context_length);
     let corpus = Corpus::load(a.corpus.as_deref())?;
     let table = moment_table(&model, &corpus, length, a.stride, a.seed)?;
@@ -322,7 +323,7 @@ pub fn calibration_prompts(
 
 fn static_heads(a: StaticArgs) -> CliResult<()> {
     let tau = Tau::new(a.tau_static)?;
-    let model = load_model(&a.model)?;
+    let model = load_model(&a.model, ActPrecision::F32)?;
     let window = WindowConfig::new(a.sink, a.local)?;
     let prompts = calibration_prompts(&model, &a.prompts, window)?;
     let table = static_table(&model, &prompts, window, a.prompts.steps, tau)?;

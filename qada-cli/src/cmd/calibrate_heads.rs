@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 
 use qada_core::{calibrate_head_taus, HeadObservation, Tau};
+use qada_model::qlinear::ActPrecision;
 use qada_model::{Session, SessionOptions};
 
 use super::calibrate::{calibration_prompts, probe_prompts, PromptsArgs};
@@ -50,7 +51,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
             a.max_false_local
         ));
     }
-    let model = load_model(&a.model)?;
+    let model = load_model(&a.model, ActPrecision::F32)?;
     if let Some(why) = a.criterion.resolve(&model, Fallback::Approx)? {
         eprintln!("{why}");
     }

@@ -17,6 +17,7 @@ use std::path::PathBuf;
 use qada_core::Tau;
 use qada_kv::WindowConfig;
 use qada_model::eval::ruler::RulerPrompts;
+use qada_model::qlinear::ActPrecision;
 use qada_model::PasskeyTask;
 
 use super::eval::configs::{configs, parse_groups, parse_list, parse_methods};
@@ -279,7 +280,7 @@ pub fn run(a: Args) -> CliResult<()> {
     }
     let tasks = EvalTask::parse_list(&a.task)?;
     let model_path = crate::common::resolve_model(a.model.model.as_deref())?;
-    let model = load_model(&a.model)?;
+    let model = load_model(&a.model, ActPrecision::F32)?;
     let ctx = model.config.context_length;
     let lengths: Vec<usize> = match &a.lengths {
         Some(l) => parse_list("--lengths", l)?,

@@ -3,11 +3,13 @@
 
 use std::io::Write;
 
+use qada_model::qlinear::ActPrecision;
 use qada_model::{generate, GenerateConfig, SamplingParams, Session, SessionOptions, StopReason};
 use serde_json::json;
 
 use crate::common::{
-    fail, load_model, progress_bar, CliResult, CriterionArgs, Fallback, ModelArgs, PromptArgs,
+    fail, load_model, precision_name, progress_bar, CliResult, CriterionArgs, Fallback, ModelArgs,
+    PromptArgs,
 };
 
 #[derive(clap::Args)]
@@ -48,7 +50,7 @@ pub struct Args {
 }
 
 pub fn run(mut a: Args) -> CliResult<()> {
-    let model = load_model(&a.model)?;
+    let model = load_model(&a.model, ActPrecision::Int8)?;
     let why = a.criterion.resolve(&model, Fallback::Shipped)?;
     if let (Some(why), false) = (&why, a.json) {
         eprintln!("{why}");
@@ -148,6 +150,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
             "kv_bytes_ratio": acc.kv_bytes_ratio(),
             "global_layers": model.config.global_layers().collect::<Vec<_>>(),
             "sliding_kv_bytes": acc.sliding_kv_bytes,
+            "activations": precision_name(model.activations),
         });
         println!("{out}");
         return Ok(());

@@ -22,12 +22,15 @@ use std::sync::Arc;
 use qada_core::{StaticTable, Tau};
 use qada_kv::WindowConfig;
 use qada_model::eval::ruler::RulerPrompts;
+use qada_model::qlinear::ActPrecision;
 use qada_model::{Model, PasskeyTask};
 use qada_stats::MomentTable;
 use serde_json::json;
 
 use super::calibrate::{corpus_prompts, moment_table, static_table};
-use crate::common::{fail, load_model, parse_kv, progress_bar, CliResult, ModelArgs};
+use crate::common::{
+    fail, load_model, parse_kv, precision_name, progress_bar, CliResult, ModelArgs,
+};
 use crate::corpus::{Corpus, Part};
 
 pub(crate) mod configs;
@@ -139,19 +142,29 @@ fn default_lengths(ctx: usize) -> Vec<usize> {
 }
 
 /// What a resumed run must share with the run it continues.
-fn run_identity(model: &Path, a: &Args) -> serde_json::Value {
-    let file = model.file_name().map(|f| f.to_string_lossy().into_owned());
-    json!({"model": file, "kv": a.kv, "sink": a.sink, "local": a.local})
+fn run_identity(model: &Model, file: &Path, a: &Args) -> serde_json::Value {
+    let file = file.file_name().map(|f| f.to_string_lossy().into_owned());
+    json!({
+        "model": file,
+        "kv": a.kv,
+        "sink": a.sink,
+        "local": a.local,
+        "activations": precision_name(model.activations),
+    })
 }
 
 fn check_identity(dir: &Path, id: &serde_json::Value, resume: bool) -> CliResult<()> {
     let path = dir.join("run.json");
     if resume && path.exists() {
-        let old: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+        let mut old: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+        // Runs from before the flag was recorded used f32 activations.
+        if let Some(o) = old.as_object_mut() {
+            o.entry("activations").or_insert_with(|| json!("f32"));
+        }
         if &old != id {
             return fail(format!(
                 "--resume: {} was made with {old}, this run is {id}; use the same model, --kv, \
-                 --sink and --local, or another --out-dir",
+                 --sink, --local and --activations, or another --out-dir",
                 path.display()
             ));
         }
@@ -243,7 +256,7 @@ pub fn run(a: Args) -> CliResult<()> {
         None => FULL_ALPHAS.to_vec(),
     };
     let model_path = crate::common::resolve_model(a.model.model.as_deref())?;
-    let model = load_model(&a.model)?;
+    let model = load_model(&a.model, ActPrecision::F32)?;
     let ctx = model.config.context_length;
     let lengths: Vec<usize> = match &a.lengths {
         Some(l) => parse_list("--lengths", l)?,
@@ -265,7 +278,7 @@ pub fn run(a: Args) -> CliResult<()> {
     let kv = parse_kv(&a.kv)?;
     std::fs::create_dir_all(&a.out_dir)
         .map_err(|e| format!("cannot create {}: {e}", a.out_dir.display()))?;
-    check_identity(&a.out_dir, &run_identity(&model_path, &a), a.resume)?;
+    check_identity(&a.out_dir, &run_identity(&model, &model_path, &a), a.resume)?;
     let started = std::time::Instant::now();
     let (table, statics) = tables(&a, &methods, &model, &corpus, window)?;
     let table = table.map(Arc::new);
