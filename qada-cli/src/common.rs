@@ -81,7 +81,7 @@ pub struct ModelArgs {
     #[arg(long, default_value = "native")]
     pub weights: String,
     /// Activations in quantized products: int8 (8 bits per 32 values, llama.cpp's scheme:
-    /// integer kernels in decoding and prefill, about twice as fast in prefill; on held-out
+    /// integer kernels in decoding and prefill, up to twice as fast in prefill; on held-out
     /// text it moves the next-token distribution by a mean KL of 1-4e-3 nats and perplexity by
     /// under 1 %) or f32 (the exact path, logits within 1e-3 of f32 weights). Default: int8 for
     /// generate and bench, f32 for the commands that measure (analyze, eval, calibrate), so
