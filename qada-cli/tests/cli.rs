@@ -70,6 +70,10 @@ fn generate_streams_text_and_reports_sparsity() {
         "What is the capital of France?",
         "--max-new-tokens",
         "12",
+        // the exact path: with int8 activations (the default) this 135M model answers
+        // "L'Étoile, la Marseillaise", as llama.cpp's greedy decoding of the file does
+        "--activations",
+        "f32",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = String::from_utf8_lossy(&o.stdout);
