@@ -283,36 +283,20 @@ fn quick_eval_writes_rows_tables_and_plots_and_resumes() {
     ]));
     assert!(out.contains("Worst-case accuracy drop"), "{out}");
     assert!(is_png(&dir.join("passkey_accuracy.png")));
-    // a resumed run must be the same model and cache
-    let o = qada(&[
-        "eval",
-        "--quick",
-        "--resume",
-        "--kv",
-        "f32",
-        "--out-dir",
-        dir.to_str().unwrap(),
-    ]);
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success() && e.contains("--resume") && e.contains("kv"),
-        "{e}"
-    );
-    // ... and the same activations (eval's default is f32; the records hold its figures)
-    let o = qada(&[
-        "eval",
-        "--quick",
-        "--resume",
-        "--activations",
-        "int8",
-        "--out-dir",
-        dir.to_str().unwrap(),
-    ]);
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success() && e.contains("--activations") && e.contains("\"int8\""),
-        "{e}"
-    );
+    // a resumed run must be the same model, cache and activations (eval's default is f32;
+    // the records hold its figures)
+    let resumed_with = |flags: &[&str]| {
+        let mut args = vec!["eval", "--quick", "--resume"];
+        args.extend_from_slice(flags);
+        args.extend_from_slice(&["--out-dir", dir.to_str().unwrap()]);
+        let o = qada(&args);
+        assert!(!o.status.success(), "{flags:?} resumed");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let e = resumed_with(&["--kv", "f32"]);
+    assert!(e.contains("--resume") && e.contains("kv"), "{e}");
+    let e = resumed_with(&["--activations", "int8"]);
+    assert!(e.contains("--activations") && e.contains("\"int8\""), "{e}");
 }
 
 #[test]

@@ -36,36 +36,21 @@ fn native_weights_and_both_activations_stay_within_their_bounds_of_f32_weights()
     let exact = load(WeightFormat::F32, ActPrecision::F32);
     for (activations, bound) in [(ActPrecision::F32, BOUND), (ActPrecision::Int8, INT8_BOUND)] {
         let native = load(WeightFormat::Native, activations);
-        let (mut se, mut sn) = (
-            common::dense_session(&exact),
-            common::dense_session(&native),
-        );
-        let mut le = se.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
-        let mut ln = sn.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
+        let ((next_exact, next_native), diffs) =
+            common::step_diffs(&exact, &native, &tokens, &greedy, STEPS);
         assert_eq!(
-            common::argmax(&ln),
-            common::argmax(&le),
+            next_native, next_exact,
             "{activations:?}: next token of prompt {}",
             p["name"]
         );
-        let mut worst = 0.0f32;
-        for (step, &tok) in greedy.iter().take(STEPS).enumerate() {
-            let err = common::max_abs_diff(&le, &ln);
+        for (step, &err) in diffs.iter().enumerate() {
             eprintln!("{activations:?} step {step}: largest logit difference {err}");
-            worst = worst.max(err);
             assert!(
                 err < bound,
                 "{activations:?} step {step}: logits differ by {err}"
             );
-            le = se.step(tok).unwrap().to_vec();
-            ln = sn.step(tok).unwrap().to_vec();
         }
-        let err = common::max_abs_diff(&le, &ln);
-        worst = worst.max(err);
-        assert!(
-            err < bound,
-            "{activations:?} step {STEPS}: logits differ by {err}"
-        );
+        let worst = diffs.iter().fold(0.0f32, |a, &b| a.max(b));
         eprintln!("largest logit difference, native weights and {activations:?} activations vs f32: {worst}");
     }
 }

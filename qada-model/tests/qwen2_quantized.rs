@@ -52,24 +52,12 @@ fn compare(activations: ActPrecision, bound: f32) {
     let greedy = common::ids(&p["greedy"]["ids"]);
     let exact = load(WeightFormat::F32, ActPrecision::F32);
     let native = load(WeightFormat::Native, activations);
-    let (mut se, mut sn) = (
-        common::dense_session(&exact),
-        common::dense_session(&native),
-    );
-    let mut le = se.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
-    let mut ln = sn.prefill(&tokens, &mut |_, _| {}).unwrap().to_vec();
-    let mut worst = 0.0f32;
-    for (step, &tok) in greedy.iter().take(STEPS).enumerate() {
-        let err = common::max_abs_diff(&le, &ln);
+    let (_, diffs) = common::step_diffs(&exact, &native, &tokens, &greedy, STEPS);
+    for (step, &err) in diffs.iter().enumerate() {
         eprintln!("step {step}: largest logit difference {err}");
-        worst = worst.max(err);
         assert!(err < bound, "step {step}: logits differ by {err}");
-        le = se.step(tok).unwrap().to_vec();
-        ln = sn.step(tok).unwrap().to_vec();
     }
-    let err = common::max_abs_diff(&le, &ln);
-    worst = worst.max(err);
-    assert!(err < bound, "step {STEPS}: logits differ by {err}");
+    let worst = diffs.iter().fold(0.0f32, |a, &b| a.max(b));
     eprintln!(
         "largest logit difference, native weights and {activations:?} activations vs f32: {worst}"
     );

@@ -292,3 +292,26 @@ pub fn held_out_speeches() -> Vec<PathBuf> {
     files.sort();
     files
 }
+
+/// Largest logit difference between two dense sessions, `native` against `exact`: after
+/// `prompt` (index 0) and after each of the first `steps` tokens of `continuation`, fed to both
+/// (`steps + 1` values); with the next tokens the two pick after the prompt.
+pub fn step_diffs(
+    exact: &qada_model::Model,
+    native: &qada_model::Model,
+    prompt: &[u32],
+    continuation: &[u32],
+    steps: usize,
+) -> ((u32, u32), Vec<f32>) {
+    let (mut se, mut sn) = (dense_session(exact), dense_session(native));
+    let mut le = se.prefill(prompt, &mut |_, _| {}).unwrap().to_vec();
+    let mut ln = sn.prefill(prompt, &mut |_, _| {}).unwrap().to_vec();
+    let first = (argmax(&le), argmax(&ln));
+    let mut diffs = vec![max_abs_diff(&le, &ln)];
+    for &tok in continuation.iter().take(steps) {
+        le = se.step(tok).unwrap().to_vec();
+        ln = sn.step(tok).unwrap().to_vec();
+        diffs.push(max_abs_diff(&le, &ln));
+    }
+    (first, diffs)
+}
