@@ -73,6 +73,14 @@ pub enum CoreError {
         summary: &'static str,
     },
 
+    /// A static table in which calibration observed no head (its prompts were no longer than
+    /// the window, or the model has no layer a criterion decides).
+    #[error(
+        "the static table observed no head: calibrate it again (`qada calibrate static`) on \
+         prompts longer than sink + window"
+    )]
+    EmptyStaticTable,
+
     /// Reading or checking a moment or criterion file failed.
     #[error(transparent)]
     Stats(#[from] qada_stats::StatsError),

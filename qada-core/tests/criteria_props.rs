@@ -258,6 +258,47 @@ fn static_labels_the_top_alpha_heads_by_local_frequency() {
     assert!(Static::from_table(&table, 1.1).is_err());
 }
 
+proptest! {
+    /// Heads calibration never observed (the sliding layers of Gemma 3) take no share of
+    /// alpha: exactly `round(alpha * observed)` heads are local, all of them observed, and none
+    /// has a lower local frequency than an observed head left long.
+    #[test]
+    fn static_alpha_counts_only_observed_heads(
+        heads in prop::collection::vec((any::<bool>(), 0u64..6), 2..24),
+        alpha in 0.0f64..=1.0,
+    ) {
+        let n_heads = 2;
+        let layers = heads.len().div_ceil(n_heads);
+        let mut cal = StaticCalibrator::new(sig(layers as u32), n_heads, 0.6).unwrap();
+        for (i, &(observed, k)) in heads.iter().enumerate() {
+            for q in 0..5 * observed as u64 {
+                cal.observe(i / n_heads, i % n_heads, q < k).unwrap();
+            }
+        }
+        let table = cal.finish();
+        let observed: Vec<usize> = (0..heads.len()).filter(|&i| heads[i].0).collect();
+        let s = match Static::from_table(&table, alpha) {
+            Err(e) => {
+                prop_assert!(observed.is_empty(), "{e}");
+                return Ok(());
+            }
+            Ok(s) => s,
+        };
+        prop_assert!(!observed.is_empty());
+        let label = |i: usize| s.is_local(i / n_heads, i % n_heads).unwrap();
+        let freq = |i: usize| table.local_frequency(i / n_heads, i % n_heads).unwrap();
+        prop_assert_eq!(s.local_count(), (alpha * observed.len() as f64).round() as usize);
+        for (i, &(seen, _)) in heads.iter().enumerate() {
+            prop_assert!(!label(i) || seen, "head {} labeled but never observed", i);
+        }
+        for &i in observed.iter().filter(|&&i| label(i)) {
+            for &j in observed.iter().filter(|&&j| !label(j)) {
+                prop_assert!(freq(i) >= freq(j), "local {} at {} below long {} at {}", i, freq(i), j, freq(j));
+            }
+        }
+    }
+}
+
 #[test]
 fn static_tables_round_trip_and_refuse_bad_files() {
     let mut cal = StaticCalibrator::new(sig(2), 3, 0.6).unwrap();

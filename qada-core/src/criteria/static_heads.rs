@@ -199,7 +199,8 @@ impl StaticTable {
     }
 }
 
-/// Fixed labels: the `alpha` fraction of heads with the highest local frequency are local.
+/// Fixed labels: the `alpha` fraction of the calibrated heads with the highest local
+/// frequency are local.
 #[derive(Clone, Debug)]
 pub struct Static {
     n_heads: usize,
@@ -209,16 +210,22 @@ pub struct Static {
 }
 
 impl Static {
-    /// Label as local the `round(alpha * n)` heads with the highest local frequencies (ties
-    /// broken by lower layer, then lower head).
+    /// Label as local the `round(alpha * n)` heads with the highest local frequencies among the
+    /// `n` heads calibration observed (ties broken by lower layer, then lower head). A head
+    /// never observed is never labeled: on a model with sliding-window layers (Gemma 3) only
+    /// the global layers' heads are decided, so `alpha` is a fraction of those, not of every
+    /// head. A table that observed no head is an error.
     pub fn from_table(table: &StaticTable, alpha: f64) -> Result<Self> {
         if !(0.0..=1.0).contains(&alpha) {
             return Err(CoreError::InvalidAlpha(alpha));
         }
         let freq = table.frequencies();
-        let mut order: Vec<usize> = (0..freq.len()).collect();
+        let mut order: Vec<usize> = (0..freq.len()).filter(|&i| table.total[i] > 0).collect();
+        if order.is_empty() {
+            return Err(CoreError::EmptyStaticTable);
+        }
         order.sort_by(|&a, &b| freq[b].total_cmp(&freq[a]).then(a.cmp(&b)));
-        let k = (alpha * freq.len() as f64).round() as usize;
+        let k = (alpha * order.len() as f64).round() as usize;
         let mut local = vec![false; freq.len()];
         for &i in &order[..k] {
             local[i] = true;
