@@ -90,6 +90,58 @@ fn analyze_reports_agreement_and_gaussian_error_and_draws_figure_7() {
     assert!(is_png(&png));
 }
 
+/// Static heads on Gemma 3: calibration observes only the 12 heads of its 3 global layers (the
+/// 15 sliding layers are never decided), and `--alpha` is a fraction of those 12.
+#[test]
+fn gemma_static_alpha_is_a_fraction_of_the_global_heads() {
+    let statics = tmp("gemma.qsta");
+    let o = qada(&[
+        "calibrate",
+        "static",
+        "--model",
+        "gemma3-270m",
+        "--prompts",
+        "1",
+        "--length",
+        "300",
+        "--steps",
+        "4",
+        "--out",
+        statics.to_str().unwrap(),
+    ]);
+    ok(&o);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("local frequencies of 12 heads")
+            && e.contains("60 heads in layers no criterion decides"),
+        "{e}"
+    );
+    let prompt = speech_excerpt(3000);
+    let out = ok(&qada(&[
+        "generate",
+        "--model",
+        "gemma3-270m",
+        "--prompt-file",
+        prompt.to_str().unwrap(),
+        "--max-new-tokens",
+        "4",
+        "--criterion",
+        "static",
+        "--static-table",
+        statics.to_str().unwrap(),
+        "--alpha",
+        "0.25",
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // 3 of the 12 global heads (ranked among all 72 heads, alpha 0.25 took 18 places, 11 or 12 of them global)
+    let s = v["sparsity"].as_f64().unwrap();
+    assert!(
+        (s - 0.25).abs() < 1e-9,
+        "static sparsity {s} should be 3/12"
+    );
+}
+
 #[test]
 fn calibration_files_are_made_used_and_checked() {
     let moments = tmp("m.qmom");

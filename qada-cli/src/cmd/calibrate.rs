@@ -329,11 +329,22 @@ fn static_heads(a: StaticArgs) -> CliResult<()> {
     let table = static_table(&model, &prompts, window, a.prompts.steps, tau)?;
     table.save(&a.out)?;
     let freq = table.frequencies();
-    let mean = freq.iter().sum::<f64>() / freq.len().max(1) as f64;
+    let observed = table.observed();
+    let seen: Vec<f64> = freq
+        .iter()
+        .zip(&observed)
+        .filter(|(_, &o)| o)
+        .map(|(&f, _)| f)
+        .collect();
+    let mean = seen.iter().sum::<f64>() / seen.len().max(1) as f64;
+    let unseen = match freq.len() - seen.len() {
+        0 => String::new(),
+        n => format!(" ({n} heads in layers no criterion decides are left out)"),
+    };
     eprintln!(
-        "wrote {}: local frequencies of {} heads at tau_static {} over {} prompts x {} positions (mean {:.3})",
+        "wrote {}: local frequencies of {} heads at tau_static {} over {} prompts x {} positions (mean {:.3}){unseen}",
         a.out.display(),
-        freq.len(),
+        seen.len(),
         a.tau_static,
         prompts.len(),
         a.prompts.steps,

@@ -120,6 +120,12 @@ impl StaticTable {
             .collect()
     }
 
+    /// Which heads calibration observed at least once, layer-major. Heads in layers no
+    /// criterion decides (sliding-window layers) are never observed.
+    pub fn observed(&self) -> Vec<bool> {
+        self.total.iter().map(|&t| t > 0).collect()
+    }
+
     /// Encode as a file.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut e = Encoder::new();
@@ -220,7 +226,8 @@ impl Static {
             return Err(CoreError::InvalidAlpha(alpha));
         }
         let freq = table.frequencies();
-        let mut order: Vec<usize> = (0..freq.len()).filter(|&i| table.total[i] > 0).collect();
+        let observed = table.observed();
+        let mut order: Vec<usize> = (0..freq.len()).filter(|&i| observed[i]).collect();
         if order.is_empty() {
             return Err(CoreError::EmptyStaticTable);
         }
