@@ -1,6 +1,6 @@
 //! End-to-end tests of analyze, calibrate and eval on the real model and corpus.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 fn repo() -> PathBuf {
@@ -42,6 +42,27 @@ fn speech_excerpt(chars: usize) -> PathBuf {
     let p = tmp(&format!("excerpt-{chars}.txt"));
     std::fs::write(&p, text.chars().take(chars).collect::<String>()).unwrap();
     p
+}
+
+/// `generate --criterion static` with `table` at `alpha` on `prompt`; the sparsity it reports.
+fn static_sparsity(model: &[&str], prompt: &str, table: &Path, alpha: &str) -> f64 {
+    let mut args = vec!["generate"];
+    args.extend_from_slice(model);
+    args.extend_from_slice(&[
+        "--prompt-file",
+        prompt,
+        "--max-new-tokens",
+        "4",
+        "--criterion",
+        "static",
+        "--static-table",
+        table.to_str().unwrap(),
+        "--alpha",
+        alpha,
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&ok(&qada(&args))).unwrap();
+    v["sparsity"].as_f64().unwrap()
 }
 
 fn is_png(p: &PathBuf) -> bool {
@@ -117,25 +138,13 @@ fn gemma_static_alpha_is_a_fraction_of_the_global_heads() {
         "{e}"
     );
     let prompt = speech_excerpt(3000);
-    let out = ok(&qada(&[
-        "generate",
-        "--model",
-        "gemma3-270m",
-        "--prompt-file",
-        prompt.to_str().unwrap(),
-        "--max-new-tokens",
-        "4",
-        "--criterion",
-        "static",
-        "--static-table",
-        statics.to_str().unwrap(),
-        "--alpha",
-        "0.25",
-        "--json",
-    ]));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     // 3 of the 12 global heads (ranked among all 72 heads, alpha 0.25 took 18 places, 11 or 12 of them global)
-    let s = v["sparsity"].as_f64().unwrap();
+    let s = static_sparsity(
+        &["--model", "gemma3-270m"],
+        prompt.to_str().unwrap(),
+        &statics,
+        "0.25",
+    );
     assert!(
         (s - 0.25).abs() < 1e-9,
         "static sparsity {s} should be 3/12"
@@ -185,22 +194,7 @@ fn calibration_files_are_made_used_and_checked() {
     ]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(v["decisions"].as_u64().unwrap() > 0);
-    let out = ok(&qada(&[
-        "generate",
-        "--prompt-file",
-        p,
-        "--max-new-tokens",
-        "4",
-        "--criterion",
-        "static",
-        "--static-table",
-        statics.to_str().unwrap(),
-        "--alpha",
-        "0.5",
-        "--json",
-    ]));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let s = v["sparsity"].as_f64().unwrap();
+    let s = static_sparsity(&[], p, &statics, "0.5");
     assert!(
         (s - 0.5).abs() < 0.01,
         "static sparsity {s} should be alpha"
