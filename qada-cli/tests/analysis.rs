@@ -44,6 +44,23 @@ fn speech_excerpt(chars: usize) -> PathBuf {
     p
 }
 
+/// `calibrate static` on one short prompt (300 tokens, 4 steps) into `out`.
+fn calibrate_static(model: &[&str], out: &Path) -> Output {
+    let mut args = vec!["calibrate", "static"];
+    args.extend_from_slice(model);
+    args.extend_from_slice(&[
+        "--prompts",
+        "1",
+        "--length",
+        "300",
+        "--steps",
+        "4",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    qada(&args)
+}
+
 /// `generate --criterion static` with `table` at `alpha` on `prompt`; the sparsity it reports.
 fn static_sparsity(model: &[&str], prompt: &str, table: &Path, alpha: &str) -> f64 {
     let mut args = vec!["generate"];
@@ -116,20 +133,7 @@ fn analyze_reports_agreement_and_gaussian_error_and_draws_figure_7() {
 #[test]
 fn gemma_static_alpha_is_a_fraction_of_the_global_heads() {
     let statics = tmp("gemma.qsta");
-    let o = qada(&[
-        "calibrate",
-        "static",
-        "--model",
-        "gemma3-270m",
-        "--prompts",
-        "1",
-        "--length",
-        "300",
-        "--steps",
-        "4",
-        "--out",
-        statics.to_str().unwrap(),
-    ]);
+    let o = calibrate_static(&["--model", "gemma3-270m"], &statics);
     ok(&o);
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(
@@ -165,18 +169,7 @@ fn calibration_files_are_made_used_and_checked() {
         "--out",
         moments.to_str().unwrap(),
     ]));
-    ok(&qada(&[
-        "calibrate",
-        "static",
-        "--prompts",
-        "1",
-        "--length",
-        "300",
-        "--steps",
-        "4",
-        "--out",
-        statics.to_str().unwrap(),
-    ]));
+    ok(&calibrate_static(&[], &statics));
     let prompt = speech_excerpt(3000);
     let p = prompt.to_str().unwrap();
     let m = format!("calibration:{}", moments.display());
