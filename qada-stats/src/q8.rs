@@ -33,7 +33,8 @@ const _: () = assert!(std::mem::size_of::<Q8Block>() == 34);
 const _: () = assert!(std::mem::align_of::<Q8Block>() == 2);
 
 impl Q8Block {
-    /// The block of `x`: `d = amax / 127` rounded up to an f16, `q_i = round(x_i / d)`.
+    /// The block of `x`: `d = amax / 127` rounded up to an f16, `q_i = round(x_i * (1 / d))`
+    /// (the reciprocal, as ggml's reference: the f32 product can land a hair past the half step).
     pub fn quantize(x: &[f32; Q8_BLOCK]) -> Q8Block {
         let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         if amax == 0.0 {
