@@ -34,6 +34,7 @@ use crate::common::{
 use crate::corpus::{Corpus, Part};
 
 pub(crate) mod configs;
+mod merge;
 pub(crate) mod records;
 mod report;
 pub(crate) mod rows;
@@ -114,6 +115,10 @@ pub struct Args {
     /// Redraw plots and the summary from --out-dir's records.jsonl; run nothing.
     #[arg(long)]
     replot: bool,
+    /// Append the records of the run in DIR that --out-dir lacks (those already there are
+    /// kept), then redraw; run nothing. Both runs must share run.json and calibration tables.
+    #[arg(long, value_name = "DIR", conflicts_with = "replot")]
+    merge: Option<PathBuf>,
 }
 
 const FULL_TAUS: &[f64] = &[0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99];
@@ -241,6 +246,24 @@ pub fn run(a: Args) -> CliResult<()> {
     if a.replot {
         let records = read_records(&a.out_dir.join("records.jsonl"))?;
         println!("{}", report_all(&a.out_dir, &records)?);
+        return Ok(());
+    }
+    if let Some(from) = &a.merge {
+        let added = merge::merge_runs(from, &a.out_dir).map_err(|e| {
+            format!(
+                "merging {} into {}: {e}",
+                from.display(),
+                a.out_dir.display()
+            )
+        })?;
+        let records = read_records(&a.out_dir.join("records.jsonl"))?;
+        println!("{}", report_all(&a.out_dir, &records)?);
+        eprintln!(
+            "{added} records added from {}; {} in {}",
+            from.display(),
+            records.len(),
+            a.out_dir.display()
+        );
         return Ok(());
     }
     let methods = parse_methods(&a.methods)?;
