@@ -235,7 +235,10 @@ pub struct CriterionArgs {
     /// dense | window | oracle | static | approx (QAdA) | bound (local only when an upper
     /// bound of the bulk mass from page minima and maxima says so: never local where the
     /// oracle says long) | mixture (QAdA with the bulk in k-means clusters) | hybrid (QAdA,
-    /// its close local calls checked by the bound). Default: for generate, the setting
+    /// its close local calls checked by the bound) | pages (QAdA's gate, then per KV group
+    /// only the bulk pages holding all but 1 - tau of the estimated mass) | certified (the
+    /// same, pages until their bounds prove the rest below 1 - tau) | quest (a fixed
+    /// --quest-tokens of pages of largest bound). Default: for generate, the setting
     /// shipped for the model (see --setting); for bench and analyze, approx.
     #[arg(long, conflicts_with = "setting")]
     pub criterion: Option<String>,
@@ -247,9 +250,12 @@ pub struct CriterionArgs {
     /// Threshold on the local share of the softmax mass, in (0, 1) (default 0.6).
     #[arg(long)]
     pub tau: Option<f64>,
-    /// bound and hybrid: bulk keys per page.
+    /// bound, hybrid, pages, certified and quest: bulk keys per page.
     #[arg(long, default_value_t = 32)]
     pub page: usize,
+    /// quest: bulk tokens each head reads (whole pages of its largest bounds).
+    #[arg(long, default_value_t = qada_core::criteria::by_name::DEFAULT_QUEST_TOKENS)]
+    pub quest_tokens: usize,
     /// mixture: clusters of the bulk keys (k-means at the end of prefill).
     #[arg(long, default_value_t = 4)]
     pub clusters: usize,
@@ -476,6 +482,7 @@ impl CriterionArgs {
             page: self.page,
             clusters: self.clusters,
             margin: self.margin,
+            quest_tokens: self.quest_tokens,
         };
         by_name(self.name(), &params).map_err(|e| format!("--criterion: {e}").into())
     }

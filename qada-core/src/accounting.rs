@@ -11,7 +11,7 @@
 
 use ndarray::Array2;
 
-use crate::Decision;
+use crate::{Decision, LayerReads};
 
 /// Decision counts of one (layer, head).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -55,6 +55,16 @@ pub struct DecisionCost {
     pub bytes: u64,
 }
 
+/// The shape of one layer's step, as [`Accounting::record_layer`] takes it.
+#[derive(Clone, Copy, Debug)]
+struct LayerShape {
+    total_len: usize,
+    local_len: usize,
+    d: usize,
+    n_kv_heads: usize,
+    bytes_per_value: f64,
+}
+
 impl Accounting {
     /// Zero counts for a model of `n_layers` x `n_heads` query heads.
     pub fn new(n_layers: usize, n_heads: usize) -> Self {
@@ -84,7 +94,8 @@ impl Accounting {
         self.sliding_layer_steps += 1;
     }
 
-    /// Record the decisions of one layer at one step.
+    /// Record the decisions of one layer at one step, each long-context head reading the whole
+    /// bulk (all-or-nothing criteria).
     ///
     /// `total_len` is `T`, `local_len` is `|I|`, `d` the head dimension, `n_kv_heads` the KV
     /// heads (query head `h` reads KV head `h / (n_heads / n_kv_heads)`), `bytes_per_value`
@@ -102,10 +113,97 @@ impl Accounting {
         bytes_per_value: f64,
         cost: DecisionCost,
     ) {
-        let decision_flops = cost.flops;
+        let bulk = total_len.saturating_sub(local_len);
+        let n_kv = n_kv_heads.max(1);
+        let group = (decisions.len().min(self.n_heads) / n_kv).max(1);
+        let head_rows = |h: usize| if decisions[h].local { 0 } else { bulk };
+        let group_rows = |g: usize| {
+            let long = decisions
+                .iter()
+                .skip(g * group)
+                .take(group)
+                .any(|x| !x.local);
+            if long {
+                bulk
+            } else {
+                0
+            }
+        };
+        let shape = LayerShape {
+            total_len,
+            local_len,
+            d,
+            n_kv_heads,
+            bytes_per_value,
+        };
+        self.record(layer, decisions, shape, cost, head_rows, group_rows, |_| {
+            (0, 0)
+        });
+    }
+
+    /// Record one layer's step from what attention read ([`LayerReads`], from
+    /// [`crate::LayerScratch::reads`]): each head computes over `|I|` plus the bulk rows it
+    /// attended to, each KV group reads its local rows, the union of its heads' bulk rows and
+    /// the page summaries it scored (in the bytes and FLOPs too). Arguments as
+    /// [`Accounting::record_layer`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_layer_reads(
+        &mut self,
+        layer: usize,
+        decisions: &[Decision],
+        reads: &LayerReads,
+        total_len: usize,
+        local_len: usize,
+        d: usize,
+        n_kv_heads: usize,
+        bytes_per_value: f64,
+        cost: DecisionCost,
+    ) {
+        let shape = LayerShape {
+            total_len,
+            local_len,
+            d,
+            n_kv_heads,
+            bytes_per_value,
+        };
+        let head_rows = |h: usize| reads.head_rows.get(h).copied().unwrap_or(0);
+        let group_rows = |g: usize| reads.group_rows.get(g).copied().unwrap_or(0);
+        let summaries = |g: usize| {
+            (
+                reads.summary_bytes.get(g).copied().unwrap_or(0),
+                reads.summary_flops.get(g).copied().unwrap_or(0),
+            )
+        };
+        self.record(
+            layer, decisions, shape, cost, head_rows, group_rows, summaries,
+        );
+    }
+
+    /// The one place a layer's step is counted: FLOPs `4 (|I| + rows_h) d` per head plus the
+    /// decision's, bytes `2 d (|I| + rows_g)` per KV group plus the decision's and the
+    /// summaries'.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        &mut self,
+        layer: usize,
+        decisions: &[Decision],
+        shape: LayerShape,
+        cost: DecisionCost,
+        head_rows: impl Fn(usize) -> usize,
+        group_rows: impl Fn(usize) -> usize,
+        summaries: impl Fn(usize) -> (u64, u64),
+    ) {
+        let LayerShape {
+            total_len,
+            local_len,
+            d,
+            n_kv_heads,
+            bytes_per_value,
+        } = shape;
         let has_bulk = total_len > local_len;
         let n_heads = decisions.len().min(self.n_heads);
         let (t, l, d) = (total_len as f64, local_len as f64, d as f64);
+        let bulk_max = (total_len - local_len.min(total_len)) as f64;
         for (h, dec) in decisions.iter().take(n_heads).enumerate() {
             if has_bulk {
                 if let Some(c) = self.heads.get_mut(layer * self.n_heads + h) {
@@ -115,21 +213,19 @@ impl Accounting {
                 }
             }
             self.dense_flops += 4.0 * t * d;
-            self.flops += decision_flops as f64 + if dec.local { 4.0 * l * d } else { 4.0 * t * d };
+            let rows = (head_rows(h) as f64).min(bulk_max);
+            self.flops += cost.flops as f64 + 4.0 * (l.min(t) + rows) * d;
         }
         let n_kv = n_kv_heads.max(1);
-        let group = (n_heads / n_kv).max(1);
         let bytes_row = 2.0 * d * bytes_per_value;
         for g in 0..n_kv {
-            let any_long = decisions
-                .iter()
-                .skip(g * group)
-                .take(group)
-                .any(|dec| !dec.local);
+            let rows = (group_rows(g) as f64).min(bulk_max);
             self.dense_kv_bytes += t * bytes_row;
-            self.kv_bytes += if any_long { t } else { l } * bytes_row;
+            self.kv_bytes += (l.min(t) + rows) * bytes_row;
             if has_bulk {
-                self.kv_bytes += cost.bytes as f64;
+                let (bytes, flops) = summaries(g);
+                self.kv_bytes += cost.bytes as f64 + bytes as f64;
+                self.flops += flops as f64;
             }
         }
     }

@@ -50,6 +50,7 @@ impl LayerKv for Vec<KvSegments<'_>> {
         self[g]
     }
 }
+use crate::selection::{GroupRead, LayerReads, PageSelection};
 use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result};
 
 /// Bulk rows per parallel task.
@@ -103,6 +104,11 @@ pub struct LayerScratch {
     local_acc: Vec<f32>,
     tasks: Vec<Task>,
     state: Option<Partial>,
+    /// Per KV group: what the criterion chose to read, and its pages.
+    reads_of: Vec<GroupRead>,
+    selections: Vec<PageSelection>,
+    /// What the last step read and computed.
+    reads: LayerReads,
 }
 
 impl LayerScratch {
@@ -137,6 +143,23 @@ impl LayerScratch {
                 .map(|_| task())
                 .collect(),
             state: None,
+            reads_of: Vec::with_capacity(n_kv_heads),
+            selections: vec![PageSelection::new(); n_kv_heads],
+            reads: LayerReads::default(),
+        }
+    }
+
+    /// What the last [`attend_layer`] read of each KV group's bulk and computed per head.
+    pub fn reads(&self) -> &LayerReads {
+        &self.reads
+    }
+
+    /// The pages KV group `g` read at the last [`attend_layer`] (empty unless its criterion
+    /// selected pages).
+    pub fn selection(&self, g: usize) -> Option<&PageSelection> {
+        match self.reads_of.get(g) {
+            Some(GroupRead::Selected) => self.selections.get(g),
+            _ => None,
         }
     }
 }
@@ -212,6 +235,48 @@ fn run_task<K: LayerKv + ?Sized>(
     block_accumulate(&mut t.acc, scores, k.bulk_values.slice(r0, r1, d), d)
 }
 
+/// Make task `n_tasks` (reusing its buffers): rows `rows` of group `g`'s bulk for the heads of
+/// `mask` (bit `j`: the group's head `j`); nothing for an empty mask.
+fn push_task(
+    tasks: &mut Vec<Task>,
+    n_tasks: &mut usize,
+    g: usize,
+    rows: (usize, usize),
+    mask: u64,
+    group: usize,
+    d: usize,
+) {
+    if mask == 0 {
+        return;
+    }
+    if tasks.len() <= *n_tasks {
+        tasks.push(Task::default());
+    }
+    let t = &mut tasks[*n_tasks];
+    t.group = g;
+    t.rows = rows;
+    // emptied before reserving: `reserve` counts from the length the last step left
+    t.heads.clear();
+    t.heads.reserve(group);
+    for v in [&mut t.m, &mut t.l] {
+        v.clear();
+        v.reserve(group);
+    }
+    for v in [&mut t.queries, &mut t.acc] {
+        v.clear();
+        v.reserve(group * d);
+    }
+    if t.scores.len() < group * CHUNK {
+        t.scores.resize(group * CHUNK, 0.0);
+    }
+    t.heads.extend(
+        (0..group)
+            .filter(|&j| mask & (1 << j) != 0)
+            .map(|j| g * group + j),
+    );
+    *n_tasks += 1;
+}
+
 /// Attention of one layer at one step.
 ///
 /// - `queries`: `n_heads x d` rotated queries.
@@ -282,7 +347,12 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
         }
     }
 
-    // 2. decide, group by group (the criterion may decide a group as one: see `Grouped`).
+    // 2. decide, group by group (the criterion may decide a group as one: see `Grouped`),
+    //    and say what each group reads of its bulk.
+    if scratch.selections.len() < n_kv {
+        scratch.selections.resize(n_kv, PageSelection::new());
+    }
+    scratch.reads_of.clear();
     for g in 0..n_kv {
         let k = kv.segments(g);
         let input = |h: usize| HeadInput {
@@ -302,49 +372,91 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
         let inputs: [HeadInput<'_>; 64] =
             std::array::from_fn(|i| input(g * group + i.min(group - 1)));
         let out = &mut decisions[g * group..(g + 1) * group];
-        criterion.decide_group(&inputs[..group], out)?;
+        let mut read = criterion.select_group(&inputs[..group], out, &mut scratch.selections[g])?;
         if k.bulk_len() == 0 {
             out.iter_mut().for_each(|o| o.local = true);
+            read = GroupRead::Local;
         }
+        if read == GroupRead::Local && out.iter().any(|o| !o.local) {
+            // a criterion that reads nothing of the bulk leaves its heads local
+            out.iter_mut().for_each(|o| o.local = true);
+        }
+        scratch.reads_of.push(read);
     }
 
-    // 3. bulk chunks of groups with a long head, in parallel.
+    // 3. bulk chunks of groups with a long head, in parallel: the whole bulk in chunks of
+    //    `CHUNK` rows, or the selected pages in runs of consecutive pages with the same heads.
     let mut n_tasks = 0;
+    scratch.reads.reset(n_kv, group);
     for g in 0..n_kv {
         let k = kv.segments(g);
-        let long: usize = (g * group..(g + 1) * group)
-            .filter(|&h| !decisions[h].local)
-            .count();
-        if long == 0 {
-            continue;
-        }
         let bulk = k.bulk_len();
-        let mut r = 0;
-        while r < bulk {
-            if scratch.tasks.len() <= n_tasks {
-                scratch.tasks.push(Task::default());
+        let sel = &scratch.selections[g];
+        scratch.reads.summary_bytes[g] = sel.summary_bytes();
+        scratch.reads.summary_flops[g] = sel.summary_flops();
+        let long_mask = (0..group)
+            .filter(|&j| !decisions[g * group + j].local)
+            .fold(0u64, |m, j| m | (1 << j));
+        match scratch.reads_of[g] {
+            GroupRead::Local => {}
+            GroupRead::Full => {
+                if long_mask == 0 {
+                    continue;
+                }
+                let mut r = 0;
+                while r < bulk {
+                    let end = (r + CHUNK).min(bulk);
+                    push_task(
+                        &mut scratch.tasks,
+                        &mut n_tasks,
+                        g,
+                        (r, end),
+                        long_mask,
+                        group,
+                        d,
+                    );
+                    r = end;
+                }
+                scratch.reads.group_rows[g] = bulk;
+                for j in 0..group {
+                    if long_mask & (1 << j) != 0 {
+                        scratch.reads.head_rows[g * group + j] = bulk;
+                    }
+                }
             }
-            let t = &mut scratch.tasks[n_tasks];
-            t.group = g;
-            t.rows = (r, (r + CHUNK).min(bulk));
-            // emptied before reserving: `reserve` counts from the length the last step left
-            t.heads.clear();
-            t.heads.reserve(group);
-            for v in [&mut t.m, &mut t.l] {
-                v.clear();
-                v.reserve(group);
+            GroupRead::Selected => {
+                let mut run: Option<(usize, usize, u64)> = None;
+                // pages longer than a chunk are cut into chunks
+                let pieces = sel.pages().flat_map(|(p, mask)| {
+                    let (r0, r1) = sel.rows(p, bulk);
+                    (r0..r1)
+                        .step_by(CHUNK)
+                        .map(move |a| (a, (a + CHUNK).min(r1), mask))
+                });
+                for (r0, r1, mask) in pieces {
+                    let mask = mask & long_mask;
+                    scratch.reads.group_rows[g] += r1 - r0;
+                    for j in 0..group {
+                        if mask & (1 << j) != 0 {
+                            scratch.reads.head_rows[g * group + j] += r1 - r0;
+                        }
+                    }
+                    match run {
+                        Some((a, b, m)) if b == r0 && m == mask && r1 - a <= CHUNK => {
+                            run = Some((a, r1, m));
+                        }
+                        _ => {
+                            if let Some((a, b, m)) = run {
+                                push_task(&mut scratch.tasks, &mut n_tasks, g, (a, b), m, group, d);
+                            }
+                            run = Some((r0, r1, mask));
+                        }
+                    }
+                }
+                if let Some((a, b, m)) = run {
+                    push_task(&mut scratch.tasks, &mut n_tasks, g, (a, b), m, group, d);
+                }
             }
-            for v in [&mut t.queries, &mut t.acc] {
-                v.clear();
-                v.reserve(group * d);
-            }
-            if t.scores.len() < group * CHUNK {
-                t.scores.resize(group * CHUNK, 0.0);
-            }
-            t.heads
-                .extend((g * group..(g + 1) * group).filter(|&h| !decisions[h].local));
-            n_tasks += 1;
-            r += CHUNK;
         }
     }
     let tasks = &mut scratch.tasks[..n_tasks];

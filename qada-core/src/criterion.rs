@@ -2,6 +2,7 @@
 
 use qada_stats::{BulkSummaries, ClusterMoments, KeyDistribution, PageBounds, Rows};
 
+use crate::selection::{GroupRead, PageSelection};
 use crate::{CoreError, Result};
 
 /// A threshold `tau` in (0, 1): a head is local when its local share of the softmax mass,
@@ -146,6 +147,35 @@ pub trait LocalityCriterion: Send + Sync {
         Ok(any_long)
     }
 
+    /// After [`LocalityCriterion::decide_group`] called some of a group's heads long-context:
+    /// which pages of the bulk they read ([`GroupRead::Selected`], pages written to
+    /// `selection` with the heads of each) or all of it ([`GroupRead::Full`], the default).
+    /// A selecting criterion may also mark heads that got no page local in `out`.
+    fn choose_pages(
+        &self,
+        _inputs: &[HeadInput<'_>],
+        _out: &mut [Decision],
+        _selection: &mut PageSelection,
+    ) -> Result<GroupRead> {
+        Ok(GroupRead::Full)
+    }
+
+    /// Decide for the query heads of one GQA group and say what the group reads of its bulk:
+    /// nothing ([`GroupRead::Local`]) when every head is local, else what
+    /// [`LocalityCriterion::choose_pages`] chooses. `selection` is emptied first.
+    fn select_group(
+        &self,
+        inputs: &[HeadInput<'_>],
+        out: &mut [Decision],
+        selection: &mut PageSelection,
+    ) -> Result<GroupRead> {
+        selection.clear(0);
+        if !self.decide_group(inputs, out)? {
+            return Ok(GroupRead::Local);
+        }
+        self.choose_pages(inputs, out, selection)
+    }
+
     /// Decide for every query head of a layer; returns the number of local heads.
     fn decide_layer(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<usize> {
         self.decide_group(inputs, out)?;
@@ -183,6 +213,22 @@ macro_rules! forward_criterion {
                 out: &mut [Decision],
             ) -> Result<bool> {
                 (**self).decide_group(inputs, out)
+            }
+            fn choose_pages(
+                &self,
+                inputs: &[HeadInput<'_>],
+                out: &mut [Decision],
+                selection: &mut PageSelection,
+            ) -> Result<GroupRead> {
+                (**self).choose_pages(inputs, out, selection)
+            }
+            fn select_group(
+                &self,
+                inputs: &[HeadInput<'_>],
+                out: &mut [Decision],
+                selection: &mut PageSelection,
+            ) -> Result<GroupRead> {
+                (**self).select_group(inputs, out, selection)
             }
             fn decide_layer(
                 &self,

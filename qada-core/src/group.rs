@@ -21,6 +21,7 @@ use std::str::FromStr;
 use qada_stats::BulkSummaries;
 
 use crate::lse::{lse, lse2};
+use crate::selection::{GroupRead, PageSelection};
 use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
 
 /// How the heads of one GQA group combine their decisions.
@@ -123,6 +124,14 @@ impl<C: LocalityCriterion> LocalityCriterion for Grouped<C> {
     }
     fn tau(&self) -> Option<Tau> {
         self.inner.tau()
+    }
+    fn choose_pages(
+        &self,
+        inputs: &[HeadInput<'_>],
+        out: &mut [Decision],
+        selection: &mut PageSelection,
+    ) -> Result<GroupRead> {
+        self.inner.choose_pages(inputs, out, selection)
     }
     fn decide_group(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<bool> {
         let any_long = self.inner.decide_group(inputs, out)?;

@@ -67,6 +67,7 @@ pub mod group;
 pub mod lse;
 pub mod metrics;
 pub mod query;
+pub mod selection;
 
 pub use accounting::{Accounting, DecisionCost, HeadCounts};
 pub use adaptive::{attend_layer, LayerKv, LayerScratch};
@@ -79,6 +80,7 @@ pub use criteria::{
     hybrid::Hybrid,
     mixture::Mixture,
     oracle::Oracle,
+    pages::{PageRule, Pages},
     per_head::{calibrate_head_taus, HeadObservation, HeadTaus, PerHead},
     static_heads::{Static, StaticCalibrator, StaticTable},
     window::Window,
@@ -89,6 +91,7 @@ pub use group::{GroupMode, Grouped};
 pub use query::{
     compare_query, decide_query, Bulk, BulkSummaryData, Comparison, HeadQuery, PreparedQuery,
 };
+pub use selection::{GroupRead, LayerReads, PageSelection};
 
 // Types users share across threads.
 const _: () = {

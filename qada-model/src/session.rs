@@ -499,9 +499,10 @@ impl Attend for DecodeAttention<'_, '_> {
             flops: self.criterion.decision_flops(d, split.bulk_len()),
             bytes: self.criterion.decision_bytes(d, split.bulk_len()),
         };
-        self.accounting.record_layer(
+        self.accounting.record_layer_reads(
             l,
             self.decisions,
+            self.layer_scratch.reads(),
             split.sink.len() + split.bulk.len() + split.window.len(),
             split.local_len(),
             d,

@@ -156,6 +156,7 @@ pub fn decide(
         page,
         clusters,
         margin,
+        quest_tokens: qada_core::criteria::by_name::DEFAULT_QUEST_TOKENS,
     };
     let c = by_name(criterion, &params).map_err(|e| arg_err(param_of(&e), e))?;
     check_bulk(criterion, bulk_keys.is_some(), moments.is_some())?;

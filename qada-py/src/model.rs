@@ -141,6 +141,7 @@ const P: CriterionParams = CriterionParams {
     page: qada_core::criteria::bound::DEFAULT_PAGE,
     clusters: qada_core::criteria::mixture::DEFAULT_CLUSTERS,
     margin: qada_core::criteria::hybrid::DEFAULT_MARGIN,
+    quest_tokens: qada_core::criteria::by_name::DEFAULT_QUEST_TOKENS,
 };
 
 #[pymethods]

@@ -35,6 +35,7 @@ impl Decoding<'_> {
             page: self.page,
             clusters: self.clusters,
             margin: self.margin,
+            quest_tokens: qada_core::criteria::by_name::DEFAULT_QUEST_TOKENS,
         };
         let c = by_name(self.criterion, &params).map_err(|e| arg_err("criterion", e))?;
         let mode: GroupMode = self.group.parse().map_err(|e| arg_err("group", e))?;

@@ -5,6 +5,13 @@
 //! with `u_p = scale * sum_j max(q_j m_j, q_j M_j)` (`scale > 0`) and `n_p` keys in the page,
 //! `A_bulk = sum_i exp(s_i) <= sum_p n_p exp(u_p)`: [`PageBounds::log_mass_upper_bound`]
 //! returns the log of the right side. Cost `O(T d / P)` per query.
+//!
+//! For page selection each page also keeps, as rows a block kernel reads:
+//! - its center `c = (m + M) / 2` and radius `r = (M - m) / 2`, with which the bound is
+//!   `max(q_j m_j, q_j M_j) = q_j c_j + |q_j| r_j`, so `u_p = scale (q . c_p + |q| . r_p)`;
+//! - its mean `mu` and per-channel variance `v` (sums in f64), the page's diagonal Gaussian:
+//!   `ln A_p_hat = ln n_p + scale q . mu_p + scale^2 (q * q) . v_p / 2` estimates the page's
+//!   mass `A_p = sum_{i in p} exp(s_i)` as QAdA estimates the whole bulk's.
 
 use crate::{Result, Rows, StatsError};
 
@@ -18,6 +25,19 @@ pub struct PageBounds {
     min: Vec<f32>,
     /// `n_pages x dim`, row-major.
     max: Vec<f32>,
+    /// `(min + max) / 2` per page, `n_pages x dim`.
+    center: Vec<f32>,
+    /// `(max - min) / 2` per page, `n_pages x dim`.
+    radius: Vec<f32>,
+    /// Mean of the page's keys, `n_pages x dim`.
+    mean: Vec<f32>,
+    /// Per-channel (population) variance of the page's keys, `n_pages x dim`.
+    var: Vec<f32>,
+    /// Largest `|k_j|` over the page's keys and channels, one per page.
+    abs_max: Vec<f32>,
+    /// The open (last) page's per-channel sums of `k` and `k^2`, in f64.
+    sum: Vec<f64>,
+    sum_sq: Vec<f64>,
 }
 
 impl PageBounds {
@@ -36,6 +56,13 @@ impl PageBounds {
             rows: 0,
             min: Vec::new(),
             max: Vec::new(),
+            center: Vec::new(),
+            radius: Vec::new(),
+            mean: Vec::new(),
+            var: Vec::new(),
+            abs_max: Vec::new(),
+            sum: vec![0.0; dim],
+            sum_sq: vec![0.0; dim],
         })
     }
     /// Key length `d`.
@@ -70,6 +97,26 @@ impl PageBounds {
     pub fn page_max(&self, p: usize) -> &[f32] {
         &self.max[p * self.dim..(p + 1) * self.dim]
     }
+    /// Every page's center `(m + M) / 2`, `n_pages x d` row-major.
+    pub fn centers(&self) -> &[f32] {
+        &self.center
+    }
+    /// Every page's radius `(M - m) / 2`, `n_pages x d` row-major.
+    pub fn radii(&self) -> &[f32] {
+        &self.radius
+    }
+    /// Every page's mean key, `n_pages x d` row-major.
+    pub fn means(&self) -> &[f32] {
+        &self.mean
+    }
+    /// Every page's per-channel variance, `n_pages x d` row-major.
+    pub fn variances(&self) -> &[f32] {
+        &self.var
+    }
+    /// Every page's largest `|k_j|` (over its keys and channels); NaN if a key had a NaN.
+    pub fn abs_maxima(&self) -> &[f32] {
+        &self.abs_max
+    }
     /// Bytes a query reads: the minimum and maximum of every page.
     pub fn bytes(&self) -> usize {
         (self.min.len() + self.max.len()) * std::mem::size_of::<f32>()
@@ -77,8 +124,19 @@ impl PageBounds {
     /// Forget every key.
     pub fn clear(&mut self) {
         self.rows = 0;
-        self.min.clear();
-        self.max.clear();
+        for v in [
+            &mut self.min,
+            &mut self.max,
+            &mut self.center,
+            &mut self.radius,
+            &mut self.mean,
+            &mut self.var,
+        ] {
+            v.clear();
+        }
+        self.abs_max.clear();
+        self.sum.iter_mut().for_each(|x| *x = 0.0);
+        self.sum_sq.iter_mut().for_each(|x| *x = 0.0);
     }
 
     /// Add one key. A NaN coordinate makes the page's bounds NaN there (and so every bound
@@ -93,6 +151,17 @@ impl PageBounds {
         if self.rows.is_multiple_of(self.page) {
             self.min.extend_from_slice(key);
             self.max.extend_from_slice(key);
+            for v in [
+                &mut self.center,
+                &mut self.radius,
+                &mut self.mean,
+                &mut self.var,
+            ] {
+                v.resize(v.len() + self.dim, 0.0);
+            }
+            self.abs_max.push(0.0);
+            self.sum.iter_mut().for_each(|x| *x = 0.0);
+            self.sum_sq.iter_mut().for_each(|x| *x = 0.0);
         } else {
             let at = self.min.len() - self.dim;
             for ((lo, hi), &k) in self.min[at..].iter_mut().zip(&mut self.max[at..]).zip(key) {
@@ -102,7 +171,41 @@ impl PageBounds {
             }
         }
         self.rows += 1;
+        self.refresh_last_page(key);
         Ok(())
+    }
+
+    /// After `key` joined the last page: its sums, then its center, radius, mean and
+    /// variance (`E[k^2] - E[k]^2` from the f64 sums, never below 0).
+    fn refresh_last_page(&mut self, key: &[f32]) {
+        let at = self.min.len() - self.dim;
+        let n = self.page_len(self.n_pages() - 1) as f64;
+        let mut abs_max = self.abs_max[self.abs_max.len() - 1];
+        for (j, &kf) in key.iter().enumerate().take(self.dim) {
+            let k = kf as f64;
+            self.sum[j] += k;
+            self.sum_sq[j] += k * k;
+            let (lo, hi) = (self.min[at + j], self.max[at + j]);
+            self.center[at + j] = 0.5 * lo + 0.5 * hi;
+            self.radius[at + j] = 0.5 * hi - 0.5 * lo;
+            let mean = self.sum[j] / n;
+            self.mean[at + j] = mean as f32;
+            let var = self.sum_sq[j] / n - mean * mean;
+            self.var[at + j] = if var > 0.0 || var.is_nan() {
+                var as f32
+            } else {
+                0.0
+            };
+            let a = kf.abs();
+            abs_max = if a > abs_max || a.is_nan() {
+                a
+            } else {
+                abs_max
+            };
+        }
+        if let Some(last) = self.abs_max.last_mut() {
+            *last = abs_max;
+        }
     }
 
     /// Add every row of `keys` (f32, f16 or q8 rows, taken as f32 exactly as attention reads

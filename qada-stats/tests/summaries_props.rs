@@ -24,6 +24,36 @@ fn dot(q: &[f32], k: &[f32]) -> f64 {
 }
 
 proptest! {
+    /// Each page's center and radius, mean and variance are those of its keys, recomputed
+    /// in f64 from the rows; `c - r <= k <= c + r` up to the rounding of `c` and `r`; the
+    /// largest `|k_j|` is the page's.
+    #[test]
+    fn page_centers_radii_means_and_variances_are_the_pages_own((d, keys, _q) in keys_and_query(), page in 1usize..40) {
+        let mut b = PageBounds::new(d, page).unwrap();
+        b.push_rows_of(Rows::F32(&keys)).unwrap();
+        let rows: Vec<&[f32]> = keys.chunks_exact(d).collect();
+        for p in 0..b.n_pages() {
+            let ks = &rows[p * page..(p * page + b.page_len(p))];
+            let n = ks.len() as f64;
+            let mut amax = 0.0f32;
+            for j in 0..d {
+                let col: Vec<f64> = ks.iter().map(|k| k[j] as f64).collect();
+                let mean = col.iter().sum::<f64>() / n;
+                let var = col.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
+                let spread = col.iter().fold(0.0f64, |m, x| m.max(x.abs()));
+                let (m, v) = (b.means()[p * d + j] as f64, b.variances()[p * d + j] as f64);
+                prop_assert!((m - mean).abs() <= 1e-6 * spread + 1e-30, "page {p} channel {j}: mean {m} vs {mean}");
+                prop_assert!((v - var).abs() <= 1e-5 * spread * spread + 1e-30, "page {p} channel {j}: variance {v} vs {var}");
+                let (c, r) = (b.centers()[p * d + j] as f64, b.radii()[p * d + j] as f64);
+                for &x in &col {
+                    prop_assert!(x <= c + r + 1e-7 * spread && x >= c - r - 1e-7 * spread, "page {p}: {x} outside {c} +- {r}");
+                }
+                amax = ks.iter().fold(amax, |a, k| a.max(k[j].abs()));
+            }
+            prop_assert_eq!(b.abs_maxima()[p], amax);
+        }
+    }
+
     #[test]
     fn every_key_scores_below_its_page_bound((d, keys, q) in keys_and_query(), page in 1usize..40, scale in 0.01f64..2.0) {
         let mut b = PageBounds::new(d, page).unwrap();

@@ -1,22 +1,39 @@
 //! Criteria by name: the table-free criteria of this crate from a short name and their
 //! parameters, as a command line or a Python call names them.
 //!
-//! `dense`, `window`, `oracle`, `approx` (QAdA), `bound`, `mixture` and `hybrid`. `static`
+//! `dense`, `window`, `oracle`, `approx` (QAdA), `bound`, `mixture`, `hybrid`, and the page
+//! selections: `pages` (QAdA's gate, then top-p pages by their Gaussian estimate),
+//! `certified` (QAdA's gate, then pages until the bounds prove the rest below `1 - tau`) and
+//! `quest` (no gate: a fixed number of pages of largest bound). `static`
 //! needs a calibrated table ([`StaticTable`](crate::StaticTable)), so it is built apart with
 //! [`Static::from_table`](crate::Static::from_table); its name is an error here that says so.
 
 use crate::criteria::{bound::DEFAULT_PAGE, hybrid::DEFAULT_MARGIN, mixture::DEFAULT_CLUSTERS};
 use crate::{
-    Approx, Bound, CoreError, Dense, Hybrid, LocalityCriterion, Mixture, Oracle, Result, Window,
+    Approx, Bound, CoreError, Dense, Hybrid, LocalityCriterion, Mixture, Oracle, PageRule, Pages,
+    Result, Window,
 };
+
+/// Tokens of the bulk Quest reads per head by default (its paper's smallest budget).
+pub const DEFAULT_QUEST_TOKENS: usize = 1024;
 
 /// The names [`by_name`] builds, in the order reports list them.
 pub const CRITERION_NAMES: &[&str] = &[
-    "dense", "window", "oracle", "approx", "bound", "mixture", "hybrid",
+    "dense",
+    "window",
+    "oracle",
+    "approx",
+    "bound",
+    "mixture",
+    "hybrid",
+    "pages",
+    "certified",
+    "quest",
 ];
 
 /// What the accepted names are, for errors.
-const EXPECTED: &str = "dense, window, oracle, approx, bound, mixture or hybrid (static needs a \
+const EXPECTED: &str = "dense, window, oracle, approx, bound, mixture, hybrid, pages, certified \
+                        or quest (static needs a \
                         table from `qada calibrate static`: StaticTable::load and \
                         Static::from_table)";
 
@@ -25,12 +42,15 @@ const EXPECTED: &str = "dense, window, oracle, approx, bound, mixture or hybrid 
 pub struct CriterionParams {
     /// Threshold on the local share, in (0, 1) (every criterion but dense and window).
     pub tau: f64,
-    /// Bulk keys per page of the page bound (bound, hybrid).
+    /// Bulk keys per page of the page bound or selection (bound, hybrid, pages, certified,
+    /// quest).
     pub page: usize,
     /// Clusters of the bulk keys (mixture).
     pub clusters: usize,
     /// Nats of bulk mass within which QAdA's local call is checked by the bound (hybrid).
     pub margin: f64,
+    /// Bulk tokens Quest reads per head (rounded up to whole pages).
+    pub quest_tokens: usize,
 }
 
 impl Default for CriterionParams {
@@ -42,6 +62,7 @@ impl Default for CriterionParams {
             page: DEFAULT_PAGE,
             clusters: DEFAULT_CLUSTERS,
             margin: DEFAULT_MARGIN,
+            quest_tokens: DEFAULT_QUEST_TOKENS,
         }
     }
 }
@@ -61,6 +82,33 @@ pub fn by_name(name: &str, p: &CriterionParams) -> Result<Box<dyn LocalityCriter
         "bound" => Box::new(Bound::new(p.tau, p.page)?),
         "mixture" => Box::new(Mixture::new(p.tau, p.clusters)?),
         "hybrid" => Box::new(Hybrid::new(p.tau, p.margin, p.page)?),
+        "pages" => Box::new(Pages::new(
+            Approx::new(p.tau)?,
+            p.tau,
+            p.page,
+            PageRule::Estimate,
+        )?),
+        "certified" => Box::new(Pages::new(
+            Approx::new(p.tau)?,
+            p.tau,
+            p.page,
+            PageRule::Certified,
+        )?),
+        "quest" => {
+            if p.quest_tokens == 0 || p.page == 0 {
+                return Err(CoreError::InvalidParameter {
+                    what: "quest's tokens per head and page size",
+                    expected: "at least 1",
+                    found: 0.0,
+                });
+            }
+            Box::new(Pages::new(
+                Dense,
+                p.tau,
+                p.page,
+                PageRule::TopK(p.quest_tokens.div_ceil(p.page)),
+            )?)
+        }
         other => {
             return Err(CoreError::UnknownName {
                 what: "criterion",
@@ -90,8 +138,18 @@ mod tests {
             page: 8,
             clusters: 2,
             margin: 0.5,
+            quest_tokens: 64,
         };
-        for name in ["oracle", "approx", "bound", "mixture", "hybrid"] {
+        for name in [
+            "oracle",
+            "approx",
+            "bound",
+            "mixture",
+            "hybrid",
+            "pages",
+            "certified",
+            "quest",
+        ] {
             let c = by_name(name, &p).unwrap();
             assert_eq!(c.tau().map(|t| t.get()), Some(0.3), "{name}");
         }
@@ -128,7 +186,16 @@ mod tests {
             tau: 1.5,
             ..CriterionParams::default()
         };
-        for name in ["oracle", "approx", "bound", "mixture", "hybrid"] {
+        for name in [
+            "oracle",
+            "approx",
+            "bound",
+            "mixture",
+            "hybrid",
+            "pages",
+            "certified",
+            "quest",
+        ] {
             assert!(matches!(
                 by_name(name, &bad_tau),
                 Err(CoreError::InvalidTau(_))
@@ -141,10 +208,12 @@ mod tests {
             page: 0,
             ..CriterionParams::default()
         };
-        assert!(matches!(
-            by_name("bound", &no_page),
-            Err(CoreError::InvalidParameter { .. })
-        ));
+        for name in ["bound", "pages", "certified", "quest"] {
+            assert!(matches!(
+                by_name(name, &no_page),
+                Err(CoreError::InvalidParameter { .. })
+            ));
+        }
         let no_clusters = CriterionParams {
             clusters: 0,
             ..CriterionParams::default()

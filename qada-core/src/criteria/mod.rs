@@ -7,6 +7,7 @@ pub mod dense;
 pub mod hybrid;
 pub mod mixture;
 pub mod oracle;
+pub mod pages;
 pub mod per_head;
 pub mod static_heads;
 pub mod window;

@@ -13,6 +13,7 @@ use std::path::Path;
 use qada_stats::codec::{self, Encoder, Format};
 use qada_stats::{BulkSummaries, ModelSignature, StatsError};
 
+use crate::selection::{GroupRead, PageSelection};
 use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
 
 const FORMAT: Format = Format {
@@ -217,6 +218,14 @@ impl<C: LocalityCriterion> LocalityCriterion for PerHead<C> {
     }
     fn tau(&self) -> Option<Tau> {
         self.inner.tau()
+    }
+    fn choose_pages(
+        &self,
+        inputs: &[HeadInput<'_>],
+        out: &mut [Decision],
+        selection: &mut PageSelection,
+    ) -> Result<GroupRead> {
+        self.inner.choose_pages(inputs, out, selection)
     }
 }
 

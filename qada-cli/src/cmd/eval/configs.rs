@@ -4,10 +4,11 @@
 
 use std::sync::Arc;
 
+use qada_core::criteria::pages::DEFAULT_SELECT_PAGE;
 use qada_core::criteria::{bound::DEFAULT_PAGE, hybrid::DEFAULT_MARGIN, mixture::DEFAULT_CLUSTERS};
 use qada_core::{
-    Approx, Bound, Dense, GroupMode, Grouped, Hybrid, LocalityCriterion, Mixture, Oracle, Static,
-    StaticTable, Window,
+    Approx, Bound, Dense, GroupMode, Grouped, Hybrid, LocalityCriterion, Mixture, Oracle, PageRule,
+    Pages, Static, StaticTable, Window,
 };
 use qada_kv::MomentsMode;
 use qada_model::{Session, SessionCheckpoint};
@@ -26,7 +27,13 @@ pub const METHODS: &[&str] = &[
     "bound",
     "mixture",
     "hybrid",
+    "pages",
+    "certified",
+    "quest",
 ];
+
+/// Bulk tokens per head the `quest` method sweeps (its paper's budgets).
+pub const QUEST_TOKENS: &[usize] = &[512, 1024, 2048, 4096];
 
 /// One point of a sweep.
 pub struct Config {
@@ -104,6 +111,24 @@ pub fn configs(
                     base.push((m, Arc::new(h), Some(t), false));
                 }
             }
+            "pages" | "certified" => {
+                let rule = if m == "pages" {
+                    PageRule::Estimate
+                } else {
+                    PageRule::Certified
+                };
+                for &t in taus {
+                    let c = Pages::new(Approx::new(t)?, t, DEFAULT_SELECT_PAGE, rule)?;
+                    base.push((m, Arc::new(c), Some(t), false));
+                }
+            }
+            "quest" => {
+                for &tokens in QUEST_TOKENS {
+                    let k = tokens.div_ceil(DEFAULT_SELECT_PAGE);
+                    let c = Pages::new(Dense, 0.5, DEFAULT_SELECT_PAGE, PageRule::TopK(k))?;
+                    base.push((m, Arc::new(c), Some(tokens as f64), false));
+                }
+            }
             "static" => {
                 let Some(table) = statics else {
                     return fail("the static method needs a static table");
@@ -118,7 +143,7 @@ pub fn configs(
     let mut v = Vec::new();
     for (method, criterion, param, calibrated) in base {
         let modes: &[GroupMode] = match method {
-            "dense" | "window" => &[GroupMode::Head],
+            "dense" | "window" | "quest" => &[GroupMode::Head],
             _ => groups,
         };
         for &g in modes {

@@ -1,0 +1,516 @@
+//! Pages: a gate criterion first (QAdA by default), then, for a group the gate calls
+//! long-context, only the pages of the bulk that hold its mass.
+//!
+//! The bulk in pages of `P` keys, each with its summaries ([`PageBounds`]). Per long head and
+//! page, one of three rules ([`PageRule`]):
+//!
+//! - **`Estimate`** (top-p): the page's diagonal Gaussian
+//!   `ln A_p_hat = ln n_p + scale q . mu_p + scale^2 (q * q) . v_p / 2`; the pages of smallest
+//!   estimate are left out while their summed estimate stays within `(1 - tau)` of the
+//!   estimated total `A_local + sum_p A_p_hat`.
+//! - **`Certified`**: the page bound `u_p = scale (q . c_p + |q| . r_p)` (Quest's, from the
+//!   page's center `c` and radius `r`) and the lower bound `l_p = scale (q . c_p - |q| . r_p)`,
+//!   both widened by the kernels' rounding; pages are left out in order of `u_p` while
+//!   `U / (A_local + L + U) <= 1 - tau`, `U` the left-out pages' `sum n_p exp(u_p)` and `L` the
+//!   kept pages' `sum n_p exp(l_p)`. Since `x / (c + x)` grows with `x` and falls with `c`,
+//!   the share of the softmax mass left out is at most `1 - tau`, proven.
+//! - **`TopK(k)`** (Quest): the `k` pages of largest `u_p`, no threshold.
+//!
+//! The pages are left out in bins of an eighth of an octave of `exp(x - max x)` (no sort): the
+//! bin where the budget runs out is kept whole, so a rule reads at most one bin more than a
+//! sort would and never drops more than its budget.
+//!
+//! The group reads the union of its long heads' pages; each head computes over its own.
+
+use qada_stats::{BulkSummaries, PageBounds};
+
+use crate::attention::Elem;
+use crate::lse::lse;
+use crate::selection::{GroupRead, PageSelection, SelectScratch};
+use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
+
+/// Keys per page of the selection: 32 f16 keys and values of `d = 64` are 8 KiB, whose two
+/// summary rows (f32) are 512 bytes.
+pub const DEFAULT_SELECT_PAGE: usize = 32;
+
+/// How a long head's pages are chosen.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PageRule {
+    /// Top-p over each page's Gaussian estimate of its mass.
+    Estimate,
+    /// Left out only while the page bounds prove the left-out share below `1 - tau`.
+    Certified,
+    /// Quest: the `k` pages of largest bound.
+    TopK(usize),
+}
+
+/// A gate criterion, then page selection for the groups it calls long-context.
+#[derive(Clone, Debug)]
+pub struct Pages<C> {
+    gate: C,
+    tau: Tau,
+    page: usize,
+    rule: PageRule,
+    name: String,
+}
+
+impl<C: LocalityCriterion> Pages<C> {
+    /// `gate` first, then pages of `page` keys chosen by `rule` at threshold `tau`.
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidParameter`] for a page of 0 keys or `TopK(0)`;
+    /// [`CoreError::InvalidTau`] for `tau` outside (0, 1).
+    pub fn new(gate: C, tau: f64, page: usize, rule: PageRule) -> Result<Self> {
+        if page == 0 {
+            return Err(CoreError::InvalidParameter {
+                what: "the page size of page selection (keys per page)",
+                expected: "at least 1",
+                found: 0.0,
+            });
+        }
+        if rule == PageRule::TopK(0) {
+            return Err(CoreError::InvalidParameter {
+                what: "the pages Quest keeps per head",
+                expected: "at least 1",
+                found: 0.0,
+            });
+        }
+        let name = match rule {
+            PageRule::Estimate => "pages".to_string(),
+            PageRule::Certified => "certified".to_string(),
+            PageRule::TopK(_) => "quest".to_string(),
+        };
+        Ok(Pages {
+            gate,
+            tau: Tau::new(tau)?,
+            page,
+            rule,
+            name,
+        })
+    }
+    /// The gate.
+    pub fn gate(&self) -> &C {
+        &self.gate
+    }
+    /// Keys per page.
+    pub fn page(&self) -> usize {
+        self.page
+    }
+    /// The rule.
+    pub fn rule(&self) -> PageRule {
+        self.rule
+    }
+}
+
+/// Unit roundoff of f32 doubled: the rounding of a kernel's products and sums, per term.
+const F32_ROUNDING: f64 = f32::EPSILON as f64;
+
+/// Bins per octave and octaves of the budget's histogram; the lowest bin holds everything
+/// below `2^-OCTAVES` of the largest page.
+const BINS_PER_OCTAVE: f64 = 8.0;
+const OCTAVES: usize = 64;
+const N_BINS: usize = OCTAVES * 8 + 1;
+
+impl<C: LocalityCriterion> LocalityCriterion for Pages<C> {
+    /// Per head, the gate's decision (selection happens per group).
+    fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
+        self.gate.decide(input)
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
+        self.gate.decision_flops(d, bulk_len)
+    }
+    fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
+        self.gate.decision_bytes(d, bulk_len)
+    }
+    fn bulk_summaries(&self) -> BulkSummaries {
+        BulkSummaries {
+            page: Some(self.page),
+            ..self.gate.bulk_summaries()
+        }
+    }
+    fn tau(&self) -> Option<Tau> {
+        Some(self.tau)
+    }
+    fn decide_group(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<bool> {
+        self.gate.decide_group(inputs, out)
+    }
+    fn choose_pages(
+        &self,
+        inputs: &[HeadInput<'_>],
+        out: &mut [Decision],
+        selection: &mut PageSelection,
+    ) -> Result<GroupRead> {
+        selection.clear(self.page);
+        let Some(first) = inputs.first() else {
+            return Ok(GroupRead::Local);
+        };
+        if first.bulk_len == 0 || out.iter().all(|o| o.local) {
+            return Ok(GroupRead::Local);
+        }
+        if inputs.len() > 64 || out.len() != inputs.len() {
+            return Err(CoreError::DimensionMismatch {
+                what: "query heads of a group that selects pages (at most 64, one decision each)",
+                expected: inputs.len().min(64),
+                found: out.len(),
+            });
+        }
+        let pages = pages_of(first, &self.name, self.page)?;
+        for input in &inputs[1..] {
+            if !std::ptr::eq(pages_of(input, &self.name, self.page)?, pages) {
+                return Err(CoreError::DimensionMismatch {
+                    what: "page summaries of one group (one KV head's)",
+                    expected: 1,
+                    found: 2,
+                });
+            }
+        }
+        if matches!(self.rule, PageRule::TopK(k) if k >= pages.n_pages()) {
+            // Quest's budget covers the bulk: nothing to score
+            return Ok(GroupRead::Full);
+        }
+        select_pages(self.rule, self.tau, inputs, out, pages, selection)
+    }
+}
+
+/// The page summaries of `input`, checked against its query, `T_bulk` and the page size.
+fn pages_of<'a>(input: &HeadInput<'a>, criterion: &str, page: usize) -> Result<&'a PageBounds> {
+    let pages = input.bulk_pages.ok_or(CoreError::MissingBulkSummary {
+        criterion: if criterion == "pages" {
+            "pages"
+        } else {
+            "certified/quest"
+        },
+        summary: "page bounds",
+    })?;
+    let checks = [
+        (
+            "page summaries: key length vs query length",
+            input.query.len(),
+            pages.dim(),
+        ),
+        (
+            "page summaries: keys held vs T_bulk",
+            input.bulk_len,
+            pages.n_rows(),
+        ),
+        ("page summaries: keys per page", page, pages.page_size()),
+    ];
+    for (what, expected, found) in checks {
+        if expected != found {
+            return Err(CoreError::DimensionMismatch {
+                what,
+                expected,
+                found,
+            });
+        }
+    }
+    Ok(pages)
+}
+
+/// Score the pages for the group's long heads and fill `selection`.
+fn select_pages(
+    rule: PageRule,
+    tau: Tau,
+    inputs: &[HeadInput<'_>],
+    out: &mut [Decision],
+    pages: &PageBounds,
+    selection: &mut PageSelection,
+) -> Result<GroupRead> {
+    let d = pages.dim();
+    let n_pages = pages.n_pages();
+    let scale = inputs[0].scale;
+    let long: u64 = out
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| !o.local)
+        .fold(0, |m, (j, _)| m | (1 << j));
+    let n_long = long.count_ones() as usize;
+    let s: &mut SelectScratch = &mut selection.scratch;
+    s.queries.clear();
+    s.queries_abs.clear();
+    s.queries2.clear();
+    for (j, input) in inputs.iter().enumerate() {
+        if long & (1 << j) == 0 {
+            continue;
+        }
+        s.queries.extend_from_slice(input.query);
+        s.queries_abs.extend(input.query.iter().map(|q| q.abs()));
+        if rule == PageRule::Estimate {
+            s.queries2.extend(input.query.iter().map(|q| q * q));
+        }
+    }
+    for v in [&mut s.a, &mut s.b, &mut s.c, &mut s.e] {
+        v.resize(n_long * n_pages, 0.0);
+    }
+    // block products: each summary row read once for all long heads. The bound (every rule)
+    // from centers and radii; the estimate also from means and variances.
+    f32::block_scores(&s.queries, pages.centers(), d, scale, &mut s.a)?;
+    f32::block_scores(&s.queries_abs, pages.radii(), d, scale.abs(), &mut s.b)?;
+    if rule == PageRule::Estimate {
+        f32::block_scores(&s.queries, pages.means(), d, scale, &mut s.c)?;
+        let half_sq = 0.5 * scale * scale;
+        f32::block_scores(&s.queries2, pages.variances(), d, half_sq, &mut s.e)?;
+    }
+    s.chosen.clear();
+    s.chosen.resize(n_pages, 0);
+    let mut k = 0;
+    for (j, input) in inputs.iter().enumerate() {
+        if long & (1 << j) == 0 {
+            continue;
+        }
+        let at = k * n_pages..(k + 1) * n_pages;
+        let (a, b, c, e) = (
+            &s.a[at.clone()],
+            &s.b[at.clone()],
+            &s.c[at.clone()],
+            &s.e[at],
+        );
+        let log_local = lse(input.local_scores);
+        let bit = 1u64 << j;
+        match rule {
+            PageRule::Estimate => {
+                // ordered by the bound (a page with one outlier key ranks high), counted
+                // by the estimate
+                let ln_n = |p: usize| (pages.page_len(p) as f64).ln();
+                let upper = |p: usize| ln_n(p) + a[p] as f64 + b[p] as f64;
+                let est = |p: usize| ln_n(p) + c[p] as f64 + e[p] as f64;
+                let keep = budget_threshold(n_pages, upper, est, None, log_local, tau);
+                mark(&mut s.chosen, n_pages, upper, keep, bit);
+            }
+            PageRule::Certified => {
+                let slack = rounding_slack(input.query, d, scale);
+                let abs_max = pages.abs_maxima();
+                let upper = |p: usize| {
+                    (pages.page_len(p) as f64).ln()
+                        + a[p] as f64
+                        + b[p] as f64
+                        + slack * abs_max[p] as f64
+                };
+                let lower = |p: usize| {
+                    (pages.page_len(p) as f64).ln() + a[p] as f64
+                        - b[p] as f64
+                        - slack * abs_max[p] as f64
+                };
+                let keep = budget_threshold(n_pages, upper, upper, Some(&lower), log_local, tau);
+                mark(&mut s.chosen, n_pages, upper, keep, bit);
+            }
+            PageRule::TopK(top) => {
+                let upper = |p: usize| a[p] as f64 + b[p] as f64;
+                if top >= n_pages {
+                    s.chosen.iter_mut().for_each(|c| *c |= bit);
+                } else {
+                    s.order.clear();
+                    s.order.extend(0..n_pages as u32);
+                    // descending bound, NaN first (never left out)
+                    let key = |p: &u32| {
+                        let u = upper(*p as usize);
+                        if u.is_nan() {
+                            f64::INFINITY
+                        } else {
+                            u
+                        }
+                    };
+                    s.order
+                        .select_nth_unstable_by(top - 1, |x, y| key(y).total_cmp(&key(x)));
+                    for &p in &s.order[..top] {
+                        s.chosen[p as usize] |= bit;
+                    }
+                }
+            }
+        }
+        k += 1;
+    }
+    let rows = if rule == PageRule::Estimate { 4 } else { 2 };
+    selection.add_cost(
+        (rows * 4 * d * n_pages) as u64,
+        (rows * 2 * d * n_pages * n_long) as u64,
+    );
+    let mut all = true;
+    let mut reading = 0u64;
+    for p in 0..n_pages {
+        let m = selection.scratch.chosen[p];
+        all &= m == long;
+        reading |= m;
+        selection.push(p, m)?;
+    }
+    // a long head that kept no page attends to its local window only
+    for (j, o) in out.iter_mut().enumerate() {
+        if long & (1 << j) != 0 && reading & (1 << j) == 0 {
+            o.local = true;
+        }
+    }
+    Ok(if all {
+        GroupRead::Full
+    } else if selection.is_empty() {
+        GroupRead::Local
+    } else {
+        GroupRead::Selected
+    })
+}
+
+/// `(d + 4) 2^-23 |scale| |q|_1`: times a page's largest `|k_j|`, it covers the rounding of a
+/// kernel's score `fl(scale q . k)` (within `(d + 2) 2^-24 |scale| sum_j |q_j k_j|`) and of
+/// the page's center and radius, with a factor 2 to spare.
+fn rounding_slack(q: &[f32], d: usize, scale: f32) -> f64 {
+    let l1: f64 = q.iter().map(|x| x.abs() as f64).sum();
+    (d as f64 + 4.0) * F32_ROUNDING * (scale as f64).abs() * l1
+}
+
+/// Set `bit` in `chosen[p]` for every page whose value reaches the kept bin.
+fn mark(chosen: &mut [u64], n: usize, value: impl Fn(usize) -> f64, keep: Keep, bit: u64) {
+    for (p, c) in chosen.iter_mut().enumerate().take(n) {
+        if keep.keeps(value(p)) {
+            *c |= bit;
+        }
+    }
+}
+
+/// Which pages a head keeps: those whose value's bin is at least `bin` (relative to `max`).
+#[derive(Clone, Copy, Debug)]
+struct Keep {
+    max: f64,
+    bin: usize,
+}
+
+impl Keep {
+    const ALL: Keep = Keep {
+        max: f64::NAN,
+        bin: 0,
+    };
+    const NONE: Keep = Keep {
+        max: f64::INFINITY,
+        bin: usize::MAX,
+    };
+    fn keeps(self, x: f64) -> bool {
+        if self.bin == usize::MAX {
+            return false;
+        }
+        if self.max.is_nan() || x.is_nan() {
+            return true;
+        }
+        bin_of(x, self.max) >= self.bin
+    }
+}
+
+/// The bin of `x <= max`: `floor(8 log2 exp(x - max))` shifted to `[0, N_BINS)`, everything
+/// below `2^-64` of the largest in bin 0.
+fn bin_of(x: f64, max: f64) -> usize {
+    let octaves = (x - max) / std::f64::consts::LN_2;
+    let b = (octaves * BINS_PER_OCTAVE).floor() + (N_BINS - 1) as f64;
+    if b >= (N_BINS - 1) as f64 {
+        N_BINS - 1
+    } else if b >= 0.0 {
+        b as usize
+    } else {
+        0
+    }
+}
+
+/// The lowest bin a head keeps. Pages are ordered by `order` (binned relative to its
+/// largest value) and left out bin by bin from the lowest while the left-out mass `U` (the
+/// sum of `exp(mass)` over them) stays within `1 - tau` of a total: with `lower` (certified),
+/// `U <= (1 - tau) (A_local + L_kept + U)`, `L_kept` the sum of `exp(lower)` over the kept
+/// pages; without (`mass` an estimate), `U <= (1 - tau) (A_local + sum_p exp(mass_p))`.
+/// A NaN or infinite value anywhere keeps every page.
+fn budget_threshold(
+    n: usize,
+    order: impl Fn(usize) -> f64,
+    mass: impl Fn(usize) -> f64,
+    lower: Option<&dyn Fn(usize) -> f64>,
+    log_local: f64,
+    tau: Tau,
+) -> Keep {
+    let eps = 1.0 - tau.get();
+    let (mut top, mut reference) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
+    for p in 0..n {
+        let (o, m) = (order(p), mass(p));
+        if o.is_nan() || m.is_nan() || o == f64::INFINITY || m == f64::INFINITY {
+            return Keep::ALL;
+        }
+        top = top.max(o);
+        reference = reference.max(m);
+    }
+    if top == f64::NEG_INFINITY || reference == f64::NEG_INFINITY {
+        return Keep::NONE;
+    }
+    let mut u_bins = [0.0f64; N_BINS];
+    let mut l_bins = [0.0f64; N_BINS];
+    for p in 0..n {
+        let b = bin_of(order(p), top);
+        let m = mass(p);
+        u_bins[b] += (m - reference).exp();
+        l_bins[b] += (lower.map_or(m, |lower| lower(p)) - reference).exp();
+    }
+    let local = (log_local - reference).exp();
+    let l_all: f64 = l_bins.iter().sum();
+    let (mut u_out, mut l_out) = (0.0f64, 0.0f64);
+    for b in 0..N_BINS {
+        let (u, l) = (u_out + u_bins[b], l_out + l_bins[b]);
+        // estimate: the left-out estimate against the whole estimated total;
+        // certified: the left-out bound against the local mass, the kept lower bounds and it
+        let total = match lower {
+            None => local + l_all,
+            Some(_) => local + (l_all - l).max(0.0) + u,
+        };
+        if u > eps * total || u.is_nan() {
+            return Keep { max: top, bin: b };
+        }
+        (u_out, l_out) = (u, l);
+    }
+    Keep::NONE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bins_order_values_and_clip() {
+        assert_eq!(bin_of(0.0, 0.0), N_BINS - 1);
+        assert_eq!(bin_of(-1000.0, 0.0), 0);
+        assert!(bin_of(-1.0, 0.0) < bin_of(-0.5, 0.0));
+        // an eighth of an octave apart: adjacent bins
+        let step = std::f64::consts::LN_2 / 8.0;
+        assert_eq!(bin_of(-2.5 * step, 0.0) + 1, bin_of(-1.5 * step, 0.0));
+    }
+
+    #[test]
+    fn the_budget_leaves_out_the_small_pages_only() {
+        // pages of mass e^0, e^-10, e^-10, e^-10 and a local mass e^0: at tau 0.9 the three
+        // small pages (3 e^-10 of about 2) go, the big one stays
+        let vals = [0.0, -10.0, -10.0, -10.0];
+        let keep = budget_threshold(
+            4,
+            |p| vals[p],
+            |p| vals[p],
+            None,
+            0.0,
+            Tau::new(0.9).unwrap(),
+        );
+        let kept: Vec<bool> = vals.iter().map(|&v| keep.keeps(v)).collect();
+        assert_eq!(kept, [true, false, false, false]);
+        // a local mass that dwarfs the bulk: nothing kept
+        let keep = budget_threshold(
+            4,
+            |p| vals[p],
+            |p| vals[p],
+            None,
+            10.0,
+            Tau::new(0.9).unwrap(),
+        );
+        assert!(vals.iter().all(|&v| !keep.keeps(v)));
+        // a NaN page: everything kept
+        let keep = budget_threshold(
+            2,
+            |p| [0.0, f64::NAN][p],
+            |p| [0.0, f64::NAN][p],
+            None,
+            0.0,
+            Tau::new(0.9).unwrap(),
+        );
+        assert!(keep.keeps(-100.0));
+    }
+}

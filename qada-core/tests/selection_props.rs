@@ -1,0 +1,294 @@
+//! Properties of page selection: attention over the selected pages is dense attention
+//! restricted to them; the certified rule never leaves out more than `1 - tau` of the mass;
+//! the estimate rule and Quest keep what they say; the accounting counts the pages read.
+
+mod common;
+
+use common::{scores_f64, Head};
+use proptest::prelude::*;
+use qada_core::{
+    attend_layer, Accounting, Approx, Decision, DecisionCost, Dense, GroupRead, HeadInput,
+    LayerScratch, LocalityCriterion, PageRule, PageSelection, Pages, Result,
+};
+use qada_stats::PageBounds;
+
+/// A criterion that reads fixed pages: page `p` for the group's heads in `masks[p]`.
+struct FixedPages {
+    page: usize,
+    masks: Vec<u64>,
+}
+
+impl LocalityCriterion for FixedPages {
+    fn decide(&self, _input: &HeadInput<'_>) -> Result<Decision> {
+        Ok(Decision::LONG)
+    }
+    fn choose_pages(
+        &self,
+        inputs: &[HeadInput<'_>],
+        _out: &mut [Decision],
+        selection: &mut PageSelection,
+    ) -> Result<GroupRead> {
+        selection.clear(self.page);
+        let n_pages = inputs[0].bulk_len.div_ceil(self.page);
+        for (p, &m) in self.masks.iter().enumerate().take(n_pages) {
+            selection.push(p, m)?;
+        }
+        Ok(GroupRead::Selected)
+    }
+}
+
+/// softmax(s) V in f64 over the local positions and the bulk rows `keep_bulk` says.
+fn reference(h: &Head, q: &[f32], scale: f32, keep_bulk: impl Fn(usize) -> bool) -> Vec<f32> {
+    let s = scores_f64(q, &h.keys, scale);
+    let b0 = (0..h.t()).find(|&i| !h.is_local_pos(i)).unwrap_or(h.t());
+    let keep: Vec<usize> = (0..h.t())
+        .filter(|&i| h.is_local_pos(i) || keep_bulk(i - b0))
+        .collect();
+    let m = keep.iter().map(|&i| s[i]).fold(f64::NEG_INFINITY, f64::max);
+    let mut out = vec![0.0f64; h.d];
+    let mut z = 0.0;
+    for &i in &keep {
+        let w = (s[i] - m).exp();
+        z += w;
+        for (o, &v) in out.iter_mut().zip(&h.values[i * h.d..(i + 1) * h.d]) {
+            *o += w * v as f64;
+        }
+    }
+    out.iter().map(|o| (o / z) as f32).collect()
+}
+
+fn close(a: &[f32], b: &[f32], tol: f32) -> std::result::Result<(), TestCaseError> {
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        prop_assert!(
+            (x - y).abs() <= tol * (1.0 + y.abs()),
+            "index {i}: {x} vs {y}"
+        );
+    }
+    Ok(())
+}
+
+/// Keys and values of `n_kv` heads with `t` tokens, queries of `n_kv * group` heads.
+fn layer() -> impl Strategy<Value = (Vec<Head>, Vec<f32>, usize, usize)> {
+    (
+        prop_oneof![Just(4usize), Just(8usize), Just(32usize)],
+        1usize..3,
+        1usize..8,
+        1usize..9,
+        0usize..600,
+    )
+        .prop_flat_map(|(d, n_kv, group, page, t_extra)| {
+            let t = 40 + t_extra;
+            (
+                prop::collection::vec(
+                    prop::collection::vec(-2.0f32..2.0, 2 * t * d..=2 * t * d),
+                    n_kv..=n_kv,
+                ),
+                prop::collection::vec(-2.0f32..2.0, n_kv * group * d..=n_kv * group * d),
+            )
+                .prop_map(move |(kvs, q)| {
+                    let heads = kvs
+                        .into_iter()
+                        .map(|kv| {
+                            let (k, v) = kv.split_at(t * d);
+                            Head::new(d, 4, 20, k.to_vec(), v.to_vec())
+                        })
+                        .collect();
+                    (heads, q, group, page)
+                })
+        })
+}
+
+/// Page summaries of a head's bulk.
+fn pages_of(h: &Head, page: usize) -> PageBounds {
+    let seg = h.segments();
+    let mut b = PageBounds::new(h.d, page).unwrap();
+    b.push_rows_of(seg.bulk_keys).unwrap();
+    b
+}
+
+proptest! {
+    #[test]
+    fn attention_over_selected_pages_is_dense_attention_restricted_to_them(
+        (heads, q, group, page) in layer(),
+        seed in any::<u64>(),
+    ) {
+        let d = heads[0].d;
+        let n_heads = heads.len() * group;
+        let bulk = heads[0].segments().bulk_len();
+        let n_pages = bulk.div_ceil(page);
+        // a mask per page from the seed (some pages for no head, some for all)
+        let mut x = seed | 1;
+        let masks: Vec<u64> = (0..n_pages)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x & ((1u64 << group) - 1)
+            })
+            .collect();
+        let c = FixedPages { page, masks: masks.clone() };
+        let kv: Vec<_> = heads.iter().map(|h| h.segments()).collect();
+        let mut scratch = LayerScratch::new();
+        let mut decisions = vec![Decision::LONG; n_heads];
+        let mut out = vec![0.0; n_heads * d];
+        let scale = 1.0 / (d as f32).sqrt();
+        attend_layer(&c, 0, &q, &kv, scale, &mut scratch, &mut out, &mut decisions).unwrap();
+        let reads = scratch.reads();
+        for h in 0..n_heads {
+            let j = h % group;
+            let kept = |i: usize| masks[i / page] & (1 << j) != 0;
+            let expect = reference(&heads[h / group], &q[h * d..(h + 1) * d], scale, kept);
+            close(&out[h * d..(h + 1) * d], &expect, 2e-5)?;
+            prop_assert_eq!(reads.head_rows[h], (0..bulk).filter(|&i| kept(i)).count());
+        }
+        let union = (0..bulk).filter(|&i| masks[i / page] != 0).count();
+        prop_assert!(reads.group_rows.iter().all(|&r| r == union));
+    }
+
+    #[test]
+    fn certified_selection_leaves_out_at_most_one_minus_tau_of_the_mass(
+        (heads, q, group, page) in layer(),
+        tau in 0.3f64..0.99,
+        spread in 0.5f32..8.0,
+    ) {
+        let h = &heads[0];
+        let d = h.d;
+        // sharper scores than the layer's: a few pages hold most of the mass
+        let q: Vec<f32> = q[..group * d].iter().map(|x| x * spread).collect();
+        let pages = pages_of(h, page);
+        let c = Pages::new(Dense, tau, page, PageRule::Certified).unwrap();
+        let seg = h.segments();
+        let scale = 1.0 / (d as f32).sqrt();
+        let local_scores: Vec<Vec<f32>> = (0..group)
+            .map(|j| {
+                let s = scores_f64(&q[j * d..(j + 1) * d], &h.keys, scale);
+                (0..h.t()).filter(|&i| h.is_local_pos(i)).map(|i| s[i] as f32).collect()
+            })
+            .collect();
+        let inputs: Vec<HeadInput<'_>> = (0..group)
+            .map(|j| HeadInput {
+                layer: 0,
+                head: j,
+                query: &q[j * d..(j + 1) * d],
+                scale,
+                local_scores: &local_scores[j],
+                bulk_len: seg.bulk_len(),
+                bulk_moments: &h.moments,
+                bulk_keys: seg.bulk_keys,
+                bulk_pages: Some(&pages),
+                bulk_clusters: None,
+            })
+            .collect();
+        let mut out = vec![Decision::LONG; group];
+        let mut sel = PageSelection::new();
+        let read = c.select_group(&inputs, &mut out, &mut sel).unwrap();
+        prop_assert_ne!(read, GroupRead::Local);
+        let bulk = seg.bulk_len();
+        for j in 0..group {
+            let all = scores_f64(&q[j * d..(j + 1) * d], &h.keys, scale);
+            let kept = |i: usize| match read {
+                GroupRead::Full => true,
+                _ => sel.pages().any(|(p, m)| p == i / page && m & (1 << j) != 0),
+            };
+            let b0 = (0..h.t()).find(|&i| !h.is_local_pos(i)).unwrap();
+            let m = all.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let total: f64 = all.iter().map(|s| (s - m).exp()).sum();
+            let dropped: f64 = (0..bulk).filter(|&i| !kept(i)).map(|i| (all[b0 + i] - m).exp()).sum();
+            prop_assert!(
+                dropped <= (1.0 - tau) * total * (1.0 + 1e-9),
+                "head {j}: dropped {} of the mass, tau {tau}", dropped / total
+            );
+        }
+    }
+
+    #[test]
+    fn quest_keeps_the_pages_of_largest_bound_and_counts_them(
+        (heads, q, group, page) in layer(),
+        k in 1usize..6,
+    ) {
+        let h = &heads[0];
+        let d = h.d;
+        let pages = pages_of(h, page);
+        let n_pages = pages.n_pages();
+        let c = Pages::new(Dense, 0.5, page, PageRule::TopK(k)).unwrap();
+        let seg = h.segments();
+        let scale = 1.0 / (d as f32).sqrt();
+        let local = vec![0.0f32; seg.local_len()];
+        let inputs: Vec<HeadInput<'_>> = (0..group)
+            .map(|j| HeadInput {
+                layer: 0,
+                head: j,
+                query: &q[j * d..(j + 1) * d],
+                scale,
+                local_scores: &local,
+                bulk_len: seg.bulk_len(),
+                bulk_moments: &h.moments,
+                bulk_keys: seg.bulk_keys,
+                bulk_pages: Some(&pages),
+                bulk_clusters: None,
+            })
+            .collect();
+        let mut out = vec![Decision::LONG; group];
+        let mut sel = PageSelection::new();
+        let read = c.select_group(&inputs, &mut out, &mut sel).unwrap();
+        if k >= n_pages {
+            prop_assert_eq!(read, GroupRead::Full);
+            return Ok(());
+        }
+        for j in 0..group {
+            let qj = &q[j * d..(j + 1) * d];
+            let bound = |p: usize| pages.score_upper_bound(p, qj, scale as f64);
+            let mine: Vec<usize> = sel.pages().filter(|&(_, m)| m & (1 << j) != 0).map(|(p, _)| p).collect();
+            prop_assert_eq!(mine.len(), k);
+            // every kept page's bound is at least every left-out page's (up to rounding)
+            let low = mine.iter().map(|&p| bound(p)).fold(f64::INFINITY, f64::min);
+            for p in (0..n_pages).filter(|p| !mine.contains(p)) {
+                prop_assert!(bound(p) <= low + 1e-4 * (1.0 + low.abs()), "page {p}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_accounting_counts_the_selected_rows_and_the_summaries(
+        (heads, q, group, page) in layer(),
+        tau in 0.5f64..0.99,
+    ) {
+        let d = heads[0].d;
+        let n_heads = heads.len() * group;
+        let all_pages: Vec<PageBounds> = heads.iter().map(|h| pages_of(h, page)).collect();
+        let kv: Vec<_> = heads
+            .iter()
+            .zip(&all_pages)
+            .map(|(h, p)| {
+                let mut s = h.segments();
+                s.bulk_pages = Some(p);
+                s
+            })
+            .collect();
+        let c = Pages::new(Approx::new(tau).unwrap(), tau, page, PageRule::Estimate).unwrap();
+        let mut scratch = LayerScratch::new();
+        let mut decisions = vec![Decision::LONG; n_heads];
+        let mut out = vec![0.0; n_heads * d];
+        let scale = 1.0 / (d as f32).sqrt();
+        attend_layer(&c, 0, &q, &kv, scale, &mut scratch, &mut out, &mut decisions).unwrap();
+        let reads = scratch.reads().clone();
+        let (t, local) = (heads[0].t(), heads[0].segments().local_len());
+        let mut acc = Accounting::new(1, n_heads);
+        acc.record_layer_reads(0, &decisions, &reads, t, local, d, heads.len(), 4.0, DecisionCost::default());
+        let rows: usize = reads.group_rows.iter().sum();
+        let summaries: u64 = reads.summary_bytes.iter().sum();
+        let expect = ((heads.len() * local + rows) * 2 * d * 4) as f64 + summaries as f64;
+        prop_assert!((acc.kv_bytes - expect).abs() < 1e-6 * expect);
+        for (g, &r) in reads.group_rows.iter().enumerate() {
+            // a group reads the union of its heads' rows, which is at least each head's
+            let most = reads.head_rows[g * group..(g + 1) * group].iter().copied().max().unwrap();
+            prop_assert!(r >= most && r <= heads[g].segments().bulk_len());
+            // a head computing over no row of the bulk is reported local
+            for j in 0..group {
+                if reads.head_rows[g * group + j] == 0 {
+                    prop_assert!(decisions[g * group + j].local);
+                }
+            }
+        }
+    }
+}
