@@ -56,6 +56,14 @@ use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result};
 /// Bulk rows per parallel task.
 const CHUNK: usize = 512;
 
+/// The smallest page [`LayerScratch::with_capacity`] makes room for: a criterion that
+/// selects smaller pages may allocate when the bulk grows.
+const MIN_RESERVED_PAGE: usize = 16;
+
+/// Bulk rows from which the KV groups of a criterion that keeps page summaries decide in
+/// parallel.
+const PARALLEL_SELECTION: usize = 2048;
+
 /// Partial softmax state of one head over some rows.
 #[derive(Clone, Debug)]
 struct Partial {
@@ -73,20 +81,29 @@ impl Partial {
     }
 }
 
-/// A task: one chunk of one KV head's bulk for that group's long heads.
+/// A task: runs of one KV head's bulk rows (at most [`CHUNK`] in all), each for some of that
+/// group's long heads; one partial softmax state per head over the runs it attends to.
 #[derive(Clone, Debug, Default)]
 struct Task {
     group: usize,
-    rows: (usize, usize),
-    /// Query heads (global indices) of the group that are long-context.
+    /// Rows `[r0, r1)` of the bulk, each with the mask of the group's heads (bit `j`: the
+    /// group's head `j`) that attend to it.
+    runs: Vec<(usize, usize, u64)>,
+    /// Rows in the runs.
+    rows: usize,
+    /// The union of the runs' masks.
+    mask: u64,
+    /// Query heads (global indices) of the group in `mask`, ascending.
     heads: Vec<usize>,
-    /// Queries of the long heads, contiguous (`heads.len() x d`).
+    /// Queries of one run's heads, contiguous (`heads x d`).
     queries: Vec<f32>,
-    /// Per long head: largest score `m`, `l = sum exp(s - m)`.
+    /// Per head of `heads`: largest score `m`, `l = sum exp(s - m)`.
     m: Vec<f32>,
     l: Vec<f32>,
-    /// Per long head: `acc = sum exp(s - m) v` (`heads.len() x d`).
+    /// Per head of `heads`: `acc = sum exp(s - m) v` (`heads.len() x d`).
     acc: Vec<f32>,
+    /// One run's heads' `acc` rows, gathered for the block kernel.
+    run_acc: Vec<f32>,
     scores: Vec<f32>,
 }
 
@@ -120,17 +137,20 @@ impl LayerScratch {
     /// Buffers for layers of up to `n_kv_heads` KV heads of `group` query heads each, head
     /// dimension `d`, and bulks of up to `max_bulk` rows: every bulk task a step can need is
     /// made here, so decoding allocates nothing when the bulk grows by a chunk or more groups
-    /// than ever before are long-context. `n_kv_heads * ceil(max_bulk / 512)` tasks of about
+    /// than ever before are long-context; and room to select pages of 16 rows or more. `n_kv_heads * ceil(max_bulk / 512)` tasks of about
     /// `group (512 + 2 d)` f32 each.
     pub fn with_capacity(n_kv_heads: usize, group: usize, d: usize, max_bulk: usize) -> Self {
         let task = || Task {
             group: 0,
-            rows: (0, 0),
+            runs: Vec::with_capacity(CHUNK),
+            rows: 0,
+            mask: 0,
             heads: Vec::with_capacity(group),
             queries: Vec::with_capacity(group * d),
             m: Vec::with_capacity(group),
             l: Vec::with_capacity(group),
             acc: Vec::with_capacity(group * d),
+            run_acc: Vec::with_capacity(group * d),
             scores: vec![0.0; group * CHUNK],
         };
         LayerScratch {
@@ -144,7 +164,13 @@ impl LayerScratch {
                 .collect(),
             state: None,
             reads_of: Vec::with_capacity(n_kv_heads),
-            selections: vec![PageSelection::new(); n_kv_heads],
+            selections: (0..n_kv_heads)
+                .map(|_| {
+                    let mut s = PageSelection::new();
+                    s.reserve(group, max_bulk.div_ceil(MIN_RESERVED_PAGE));
+                    s
+                })
+                .collect(),
             reads: LayerReads::default(),
         }
     }
@@ -202,79 +228,135 @@ fn merge(a: &mut Partial, b_m: f32, b_l: f32, b_acc: &[f32]) {
     a.m = m;
 }
 
-/// One bulk chunk of one group for its long heads: the partial state `(m, l, acc)` of each.
+/// The runs of one task: per head, the partial state `(m, l, acc)` over the runs it attends
+/// to. Each run's key and value rows are read once for its heads (block kernels); a head's
+/// state is rescaled by `exp(m_old - m_new)` when a run raises its maximum.
 fn run_task<K: LayerKv + ?Sized>(
     t: &mut Task,
     queries: &[f32],
     kv: &K,
     scale: f32,
     d: usize,
+    group: usize,
 ) -> Result<()> {
     let k = kv.segments(t.group);
-    let (r0, r1) = t.rows;
-    let n = r1 - r0;
+    let g0 = t.group * group;
+    t.heads.clear();
+    t.heads.extend(
+        (0..group)
+            .filter(|&j| t.mask & (1 << j) != 0)
+            .map(|j| g0 + j),
+    );
     let nh = t.heads.len();
-    let scores = &mut t.scores[..nh * n];
-    t.queries.clear();
-    for &h in &t.heads {
-        t.queries.extend_from_slice(&queries[h * d..(h + 1) * d]);
-    }
-    // scores of every long head, each key row read once
-    block_scores(&t.queries, k.bulk_keys.slice(r0, r1, d), d, scale, scores)?;
-    // per head: its max, then the weights exp(s - m) in place of the scores
     t.m.clear();
+    t.m.resize(nh, f32::NEG_INFINITY);
     t.l.clear();
-    for s in scores.chunks_exact_mut(n) {
-        let m = max_score(s, f32::NEG_INFINITY);
-        t.m.push(m);
-        t.l.push(exp_in_place(s, m));
-    }
-    // weighted values of every long head, each value row read once
+    t.l.resize(nh, 0.0);
     t.acc.clear();
     t.acc.resize(nh * d, 0.0);
-    block_accumulate(&mut t.acc, scores, k.bulk_values.slice(r0, r1, d), d)
+    // positions in `heads` of one run's heads
+    let mut sub = [0usize; 64];
+    for &(r0, r1, mask) in &t.runs {
+        let n = r1 - r0;
+        let mut nr = 0;
+        t.queries.clear();
+        for (i, &h) in t.heads.iter().enumerate() {
+            if mask & (1 << (h - g0)) != 0 {
+                t.queries.extend_from_slice(&queries[h * d..(h + 1) * d]);
+                sub[nr] = i;
+                nr += 1;
+            }
+        }
+        if nr == 0 {
+            continue;
+        }
+        let scores = &mut t.scores[..nr * n];
+        // scores of the run's heads, each key row read once
+        block_scores(&t.queries, k.bulk_keys.slice(r0, r1, d), d, scale, scores)?;
+        // per head: the new maximum, the old state rescaled to it, the weights exp(s - m)
+        for (s, &i) in scores.chunks_exact_mut(n).zip(&sub[..nr]) {
+            let m = max_score(s, t.m[i]);
+            if m == f32::NEG_INFINITY {
+                s.iter_mut().for_each(|x| *x = 0.0);
+                continue;
+            }
+            if t.m[i] != f32::NEG_INFINITY && m > t.m[i] {
+                let c = (t.m[i] - m).exp();
+                t.l[i] *= c;
+                t.acc[i * d..(i + 1) * d].iter_mut().for_each(|a| *a *= c);
+            }
+            t.m[i] = m;
+            t.l[i] += exp_in_place(s, m);
+        }
+        // weighted values of the run's heads, each value row read once
+        t.run_acc.clear();
+        for &i in &sub[..nr] {
+            t.run_acc.extend_from_slice(&t.acc[i * d..(i + 1) * d]);
+        }
+        block_accumulate(&mut t.run_acc, scores, k.bulk_values.slice(r0, r1, d), d)?;
+        for (a, &i) in t.run_acc.chunks_exact(d).zip(&sub[..nr]) {
+            t.acc[i * d..(i + 1) * d].copy_from_slice(a);
+        }
+    }
+    Ok(())
 }
 
-/// Make task `n_tasks` (reusing its buffers): rows `rows` of group `g`'s bulk for the heads of
-/// `mask` (bit `j`: the group's head `j`); nothing for an empty mask.
-fn push_task(
+/// Add rows `[r0, r1)` of group `g`'s bulk (at most [`CHUNK`]) for the heads of `mask` to
+/// the group's open task, or to a new one (reusing its buffers) when the open one would pass
+/// [`CHUNK`] rows. `open` is the group's open task, if any; nothing for an empty mask.
+#[allow(clippy::too_many_arguments)]
+fn push_run(
     tasks: &mut Vec<Task>,
     n_tasks: &mut usize,
+    open: &mut Option<usize>,
     g: usize,
-    rows: (usize, usize),
+    (r0, r1): (usize, usize),
     mask: u64,
     group: usize,
     d: usize,
 ) {
-    if mask == 0 {
+    if mask == 0 || r1 <= r0 {
         return;
     }
-    if tasks.len() <= *n_tasks {
-        tasks.push(Task::default());
+    let n = r1 - r0;
+    let i = match *open {
+        Some(i) if tasks[i].rows + n <= CHUNK => i,
+        _ => {
+            if tasks.len() <= *n_tasks {
+                tasks.push(Task::default());
+            }
+            let t = &mut tasks[*n_tasks];
+            t.group = g;
+            t.rows = 0;
+            t.mask = 0;
+            // emptied before reserving: `reserve` counts from the length the last step left
+            t.runs.clear();
+            t.heads.clear();
+            t.heads.reserve(group);
+            for v in [&mut t.m, &mut t.l] {
+                v.clear();
+                v.reserve(group);
+            }
+            for v in [&mut t.queries, &mut t.acc, &mut t.run_acc] {
+                v.clear();
+                v.reserve(group * d);
+            }
+            if t.scores.len() < group * CHUNK {
+                t.scores.resize(group * CHUNK, 0.0);
+            }
+            *open = Some(*n_tasks);
+            *n_tasks += 1;
+            *n_tasks - 1
+        }
+    };
+    let t = &mut tasks[i];
+    // a run that continues the last one with the same heads extends it
+    match t.runs.last_mut() {
+        Some(last) if last.1 == r0 && last.2 == mask => last.1 = r1,
+        _ => t.runs.push((r0, r1, mask)),
     }
-    let t = &mut tasks[*n_tasks];
-    t.group = g;
-    t.rows = rows;
-    // emptied before reserving: `reserve` counts from the length the last step left
-    t.heads.clear();
-    t.heads.reserve(group);
-    for v in [&mut t.m, &mut t.l] {
-        v.clear();
-        v.reserve(group);
-    }
-    for v in [&mut t.queries, &mut t.acc] {
-        v.clear();
-        v.reserve(group * d);
-    }
-    if t.scores.len() < group * CHUNK {
-        t.scores.resize(group * CHUNK, 0.0);
-    }
-    t.heads.extend(
-        (0..group)
-            .filter(|&j| mask & (1 << j) != 0)
-            .map(|j| g * group + j),
-    );
-    *n_tasks += 1;
+    t.rows += n;
+    t.mask |= mask;
 }
 
 /// Attention of one layer at one step.
@@ -353,14 +435,16 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
         scratch.selections.resize(n_kv, PageSelection::new());
     }
     scratch.reads_of.clear();
-    for g in 0..n_kv {
+    scratch.reads_of.resize(n_kv, GroupRead::Local);
+    let local_scores = &scratch.local_scores;
+    let decide = |g: usize, out: &mut [Decision], sel: &mut PageSelection| -> Result<GroupRead> {
         let k = kv.segments(g);
         let input = |h: usize| HeadInput {
             layer,
             head: h,
             query: &queries[h * d..(h + 1) * d],
             scale,
-            local_scores: &scratch.local_scores[h * local_len..(h + 1) * local_len],
+            local_scores: &local_scores[h * local_len..(h + 1) * local_len],
             bulk_len: k.bulk_len(),
             bulk_moments: k.bulk_moments,
             bulk_keys: k.bulk_keys,
@@ -371,8 +455,7 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
         // repeat its last head and are not passed on
         let inputs: [HeadInput<'_>; 64] =
             std::array::from_fn(|i| input(g * group + i.min(group - 1)));
-        let out = &mut decisions[g * group..(g + 1) * group];
-        let mut read = criterion.select_group(&inputs[..group], out, &mut scratch.selections[g])?;
+        let mut read = criterion.select_group(&inputs[..group], out, sel)?;
         if k.bulk_len() == 0 {
             out.iter_mut().for_each(|o| o.local = true);
             read = GroupRead::Local;
@@ -381,11 +464,30 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
             // a criterion that reads nothing of the bulk leaves its heads local
             out.iter_mut().for_each(|o| o.local = true);
         }
-        scratch.reads_of.push(read);
+        Ok(read)
+    };
+    // selecting pages scans a summary per page: worth a core per group on long bulks
+    let bulk = kv.segments(0).bulk_len();
+    let (sels, reads_of) = (&mut scratch.selections[..n_kv], &mut scratch.reads_of[..]);
+    if n_kv > 1 && bulk >= PARALLEL_SELECTION && criterion.bulk_summaries().page.is_some() {
+        decisions
+            .par_chunks_mut(group)
+            .zip(sels.par_iter_mut())
+            .zip(reads_of.par_iter_mut())
+            .enumerate()
+            .try_for_each(|(g, ((out, sel), read))| decide(g, out, sel).map(|r| *read = r))?;
+    } else {
+        let groups = decisions
+            .chunks_mut(group)
+            .zip(sels.iter_mut())
+            .zip(reads_of.iter_mut());
+        for (g, ((out, sel), read)) in groups.enumerate() {
+            *read = decide(g, out, sel)?;
+        }
     }
 
-    // 3. bulk chunks of groups with a long head, in parallel: the whole bulk in chunks of
-    //    `CHUNK` rows, or the selected pages in runs of consecutive pages with the same heads.
+    // 3. bulk rows of groups with a long head, in tasks of up to `CHUNK` rows run in
+    //    parallel: the whole bulk for the long heads, or the selected pages, each for its heads.
     let mut n_tasks = 0;
     scratch.reads.reset(n_kv, group);
     for g in 0..n_kv {
@@ -397,64 +499,41 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
         let long_mask = (0..group)
             .filter(|&j| !decisions[g * group + j].local)
             .fold(0u64, |m, j| m | (1 << j));
+        let mut open = None;
+        let reads = &mut scratch.reads;
+        let mut count = |(r0, r1): (usize, usize), mask: u64| {
+            if mask != 0 {
+                reads.group_rows[g] += r1 - r0;
+            }
+            for j in 0..group {
+                if mask & (1 << j) != 0 {
+                    reads.head_rows[g * group + j] += r1 - r0;
+                }
+            }
+        };
         match scratch.reads_of[g] {
             GroupRead::Local => {}
             GroupRead::Full => {
-                if long_mask == 0 {
-                    continue;
-                }
-                let mut r = 0;
-                while r < bulk {
-                    let end = (r + CHUNK).min(bulk);
-                    push_task(
-                        &mut scratch.tasks,
-                        &mut n_tasks,
-                        g,
-                        (r, end),
-                        long_mask,
-                        group,
-                        d,
-                    );
-                    r = end;
-                }
-                scratch.reads.group_rows[g] = bulk;
-                for j in 0..group {
-                    if long_mask & (1 << j) != 0 {
-                        scratch.reads.head_rows[g * group + j] = bulk;
-                    }
+                for r in (0..bulk).step_by(CHUNK) {
+                    let rows = (r, (r + CHUNK).min(bulk));
+                    count(rows, long_mask);
+                    let t = &mut scratch.tasks;
+                    push_run(t, &mut n_tasks, &mut open, g, rows, long_mask, group, d);
                 }
             }
             GroupRead::Selected => {
-                let mut run: Option<(usize, usize, u64)> = None;
                 // pages longer than a chunk are cut into chunks
                 let pieces = sel.pages().flat_map(|(p, mask)| {
                     let (r0, r1) = sel.rows(p, bulk);
                     (r0..r1)
                         .step_by(CHUNK)
-                        .map(move |a| (a, (a + CHUNK).min(r1), mask))
+                        .map(move |a| ((a, (a + CHUNK).min(r1)), mask))
                 });
-                for (r0, r1, mask) in pieces {
+                for (rows, mask) in pieces {
                     let mask = mask & long_mask;
-                    scratch.reads.group_rows[g] += r1 - r0;
-                    for j in 0..group {
-                        if mask & (1 << j) != 0 {
-                            scratch.reads.head_rows[g * group + j] += r1 - r0;
-                        }
-                    }
-                    match run {
-                        Some((a, b, m)) if b == r0 && m == mask && r1 - a <= CHUNK => {
-                            run = Some((a, r1, m));
-                        }
-                        _ => {
-                            if let Some((a, b, m)) = run {
-                                push_task(&mut scratch.tasks, &mut n_tasks, g, (a, b), m, group, d);
-                            }
-                            run = Some((r0, r1, mask));
-                        }
-                    }
-                }
-                if let Some((a, b, m)) = run {
-                    push_task(&mut scratch.tasks, &mut n_tasks, g, (a, b), m, group, d);
+                    count(rows, mask);
+                    let t = &mut scratch.tasks;
+                    push_run(t, &mut n_tasks, &mut open, g, rows, mask, group, d);
                 }
             }
         }
@@ -463,11 +542,11 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
     if n_tasks > 1 {
         tasks
             .par_iter_mut()
-            .try_for_each(|t| run_task(t, queries, kv, scale, d))?;
+            .try_for_each(|t| run_task(t, queries, kv, scale, d, group))?;
     } else {
         tasks
             .iter_mut()
-            .try_for_each(|t| run_task(t, queries, kv, scale, d))?;
+            .try_for_each(|t| run_task(t, queries, kv, scale, d, group))?;
     }
 
     // 4. local state per head: weights exp(s - m) from the local scores, the group's sink

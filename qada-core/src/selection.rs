@@ -53,6 +53,10 @@ pub(crate) struct SelectScratch {
     pub b: Vec<f32>,
     pub c: Vec<f32>,
     pub e: Vec<f32>,
+    /// One head's per-page order (ln bound), mass (ln estimate or bound) and lower bound.
+    pub w_order: Vec<f32>,
+    pub w_mass: Vec<f32>,
+    pub w_lower: Vec<f32>,
     /// Per page: whether some head already chose it, as a mask.
     pub chosen: Vec<u64>,
     /// Page indices, for partial sorts.
@@ -63,6 +67,22 @@ impl PageSelection {
     /// An empty selection.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Room for `max_pages` pages scored for `group` heads, so that choosing them allocates
+    /// nothing.
+    pub fn reserve(&mut self, group: usize, max_pages: usize) {
+        let s = &mut self.scratch;
+        for v in [&mut s.a, &mut s.b, &mut s.c, &mut s.e] {
+            v.reserve(group * max_pages);
+        }
+        for v in [&mut s.w_order, &mut s.w_mass, &mut s.w_lower] {
+            v.reserve(max_pages);
+        }
+        s.chosen.reserve(max_pages);
+        s.order.reserve(max_pages);
+        self.pages.reserve(max_pages);
+        self.masks.reserve(max_pages);
     }
 
     /// Forget the pages; from now on pages hold `page` rows.

@@ -255,12 +255,28 @@ pub fn generate_until(
     on_text: &mut dyn FnMut(&str) -> ControlFlow<()>,
     progress: &mut (dyn FnMut(usize, usize) + Send),
 ) -> Result<Generation> {
+    Sampler::new(cfg.sampling.clone())?;
+    let t0 = Instant::now();
+    session.prefill(prompt, progress)?;
+    let prefill_secs = t0.elapsed().as_secs_f64();
+    generate_after_prefill(session, prompt, prefill_secs, cfg, on_text)
+}
+
+/// [`generate_until`] from a session that has already prefilled `prompt` (or was restored to
+/// a checkpoint taken right after): the first token is sampled from the session's logits.
+/// `prefill_secs` is reported as given. Comparing criteria on one prompt is then one prefill,
+/// a [`Session::checkpoint`], and a [`Session::restore`] before each generation.
+pub fn generate_after_prefill(
+    session: &mut Session<'_>,
+    prompt: &[u32],
+    prefill_secs: f64,
+    cfg: &GenerateConfig,
+    on_text: &mut dyn FnMut(&str) -> ControlFlow<()>,
+) -> Result<Generation> {
     let mut sampler = Sampler::new(cfg.sampling.clone())?;
     let tok = &session.model().tokenizer;
     let end = tok.end_of_generation();
-    let t0 = Instant::now();
-    let mut next = sampler.sample(session.prefill(prompt, progress)?)?;
-    let prefill_secs = t0.elapsed().as_secs_f64();
+    let mut next = sampler.sample(session.logits())?;
     let mut decoder = StreamDecoder::new();
     let mut filter = StopFilter {
         stops: &cfg.stop_strings,

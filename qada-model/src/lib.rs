@@ -75,7 +75,8 @@ pub use session::{Session, SessionCheckpoint, SessionOptions, StepObserver};
 pub mod generate;
 
 pub use generate::{
-    generate, generate_until, GenerateConfig, Generation, Sampler, SamplingParams, StopReason,
+    generate, generate_after_prefill, generate_until, GenerateConfig, Generation, Sampler,
+    SamplingParams, StopReason,
 };
 pub mod eval;
 pub mod qlinear;

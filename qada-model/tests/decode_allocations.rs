@@ -13,7 +13,7 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use qada_core::{Approx, Dense, LocalityCriterion, Oracle};
+use qada_core::{Approx, Dense, LocalityCriterion, Oracle, PageRule, Pages};
 use qada_kv::{KvDtype, MomentsMode, WindowConfig};
 use qada_model::{LoadOptions, Model, Session, SessionOptions};
 
@@ -108,8 +108,9 @@ fn argmax(x: &[f32]) -> u32 {
 type MakeCriterion = fn() -> Box<dyn LocalityCriterion>;
 
 /// The counted steps take the bulk across a multiple of the 512-row chunks the bulk is split
-/// into (a new parallel task), with every criterion and cache type; on Gemma 3 too (sliding
-/// and global layers, 4 query heads a group, d = 256).
+/// into (a new parallel task) and past page boundaries (pages of 16 and 32 keys), with every
+/// kind of criterion (page selection too) and cache type; on Gemma 3 too (sliding and global
+/// layers, 4 query heads a group, d = 256).
 #[test]
 fn decoding_steps_allocate_nothing_once_warm() {
     // Gemma's f32 cache takes the f16 cache's paths: two cache types keep the test short
@@ -125,10 +126,17 @@ fn decoding_steps_allocate_nothing_once_warm() {
             &[KvDtype::F16, KvDtype::Q8][..],
         ),
     ];
-    let criteria: [(&str, MakeCriterion); 3] = [
+    let criteria: [(&str, MakeCriterion); 5] = [
         ("dense", || Box::new(Dense)),
         ("approx", || Box::new(Approx::new(0.6).unwrap())),
         ("oracle", || Box::new(Oracle::new(0.6).unwrap())),
+        ("pages", || {
+            let gate = Approx::new(0.9).unwrap();
+            Box::new(Pages::new(gate, 0.9, 32, PageRule::Estimate).unwrap())
+        }),
+        ("quest", || {
+            Box::new(Pages::new(Dense, 0.5, 16, PageRule::TopK(8)).unwrap())
+        }),
     ];
     for (model_name, path, dtypes) in models {
         let model = Model::load(&path, &LoadOptions::default()).unwrap();

@@ -65,6 +65,21 @@ impl PageBounds {
             sum_sq: vec![0.0; dim],
         })
     }
+    /// Room for `rows` keys in all, so that adding them allocates nothing.
+    pub fn reserve(&mut self, rows: usize) {
+        let more = rows.saturating_sub(self.rows).div_ceil(self.page) * self.dim;
+        for v in [
+            &mut self.min,
+            &mut self.max,
+            &mut self.center,
+            &mut self.radius,
+            &mut self.mean,
+            &mut self.var,
+        ] {
+            v.reserve(more);
+        }
+        self.abs_max.reserve(more / self.dim);
+    }
     /// Key length `d`.
     pub fn dim(&self) -> usize {
         self.dim

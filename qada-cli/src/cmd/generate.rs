@@ -2,9 +2,15 @@
 //! the criterion saved.
 
 use std::io::Write;
+use std::ops::ControlFlow;
+use std::time::Instant;
 
+use qada_core::{Accounting, Dense};
 use qada_model::qlinear::ActPrecision;
-use qada_model::{generate, GenerateConfig, SamplingParams, Session, SessionOptions, StopReason};
+use qada_model::{
+    generate_after_prefill, GenerateConfig, Generation, SamplingParams, Session, SessionOptions,
+    StopReason,
+};
 use serde_json::json;
 
 use crate::common::{
@@ -47,6 +53,10 @@ pub struct Args {
     /// Print one JSON object instead of streaming text and a summary.
     #[arg(long)]
     json: bool,
+    /// Also decode the same prompt with this criterion (only `dense`) from the same prefill,
+    /// and print its speed, K/V bytes and answer beside the chosen criterion's.
+    #[arg(long, value_parser = ["dense"])]
+    compare: Option<String>,
 }
 
 pub fn run(mut a: Args) -> CliResult<()> {
@@ -101,28 +111,42 @@ pub fn run(mut a: Args) -> CliResult<()> {
     if prompt.len() <= qada_model::session::PREFILL_BLOCK || a.json {
         pb.finish_and_clear();
     }
+    let t0 = Instant::now();
+    session.prefill(&prompt, &mut |done, _| pb.set_position(done as u64))?;
+    let prefill_secs = t0.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    // the state after prefill, for the comparison run
+    let checkpoint = a.compare.is_some().then(|| session.checkpoint());
     let mut stdout = std::io::stdout();
     let json_mode = a.json;
-    let mut first = true;
-    let result = generate(
-        &mut session,
-        &prompt,
-        &cfg,
-        &mut |piece| {
-            if first {
-                pb.finish_and_clear();
-                first = false;
-            }
-            if !json_mode {
-                let _ = stdout.write_all(piece.as_bytes());
-                let _ = stdout.flush();
-            }
-        },
-        &mut |done, _| pb.set_position(done as u64),
-    );
-    pb.finish_and_clear();
-    let g = result?;
-    let acc = session.accounting();
+    let g = generate_after_prefill(&mut session, &prompt, prefill_secs, &cfg, &mut |piece| {
+        if !json_mode {
+            let _ = stdout.write_all(piece.as_bytes());
+            let _ = stdout.flush();
+        }
+        ControlFlow::Continue(())
+    })?;
+    let compared = match checkpoint {
+        Some(cp) => {
+            let main = session.accounting().clone();
+            session.restore(&cp)?;
+            session.set_criterion(Box::new(Dense))?;
+            let pb = progress_bar(cfg.max_new_tokens as u64, "decoding again with dense");
+            let dense =
+                generate_after_prefill(&mut session, &prompt, prefill_secs, &cfg, &mut |_| {
+                    pb.inc(1);
+                    ControlFlow::Continue(())
+                })?;
+            pb.finish_and_clear();
+            let dense_acc = session.accounting().clone();
+            Some((main, dense, dense_acc))
+        }
+        None => None,
+    };
+    let acc = match &compared {
+        Some((main, _, _)) => main,
+        None => session.accounting(),
+    };
     let n_layers = model.config.n_layers;
     let per_layer: Vec<f64> = (0..n_layers).map(|l| acc.layer_sparsity(l)).collect();
     let prefill_tps = g.prompt_ids.len() as f64 / g.prefill_secs.max(1e-9);
@@ -151,6 +175,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
             "global_layers": model.config.global_layers().collect::<Vec<_>>(),
             "sliding_kv_bytes": acc.sliding_kv_bytes,
             "activations": precision_name(model.activations),
+            "compare": compared.as_ref().map(|(_, d, dacc)| comparison_json(&g, d, acc, dacc)),
         });
         println!("{out}");
         return Ok(());
@@ -207,6 +232,9 @@ pub fn run(mut a: Args) -> CliResult<()> {
             let _ = writeln!(e, "  per-layer sparsity {}", line.join(" "));
         }
     }
+    if let Some((_, dense, dense_acc)) = &compared {
+        report_comparison(&mut e, &g, dense, acc, dense_acc);
+    }
     if acc.sliding_layer_steps > 0 {
         let sliding = model.config.n_layers - model.config.global_layers().count();
         let _ = writeln!(
@@ -218,4 +246,70 @@ pub fn run(mut a: Args) -> CliResult<()> {
         );
     }
     Ok(())
+}
+
+/// Tokens per second of a generation's decoding.
+fn decode_rate(g: &Generation) -> f64 {
+    g.decode_steps as f64 / g.decode_secs.max(1e-9)
+}
+
+/// The tokens two generations share from the start.
+fn common_prefix(a: &Generation, b: &Generation) -> usize {
+    a.generated_ids
+        .iter()
+        .zip(&b.generated_ids)
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+/// `--compare dense`: the chosen criterion against dense from the same prefill.
+fn report_comparison(
+    e: &mut impl Write,
+    g: &Generation,
+    dense: &Generation,
+    acc: &Accounting,
+    dense_acc: &Accounting,
+) {
+    let (r, rd) = (decode_rate(g), decode_rate(dense));
+    let _ = writeln!(e, "compared with dense, from the same prefill:");
+    let _ = writeln!(
+        e,
+        "  decode {r:.1} against {rd:.1} tokens/s ({:.2}x); K/V bytes read {:.1} against {:.1} MB \
+         per token ({:.3}x)",
+        r / rd.max(1e-9),
+        acc.kv_bytes / 1e6 / (g.decode_steps.max(1) as f64),
+        dense_acc.kv_bytes / 1e6 / (dense.decode_steps.max(1) as f64),
+        acc.kv_bytes_ratio()
+    );
+    let same = common_prefix(g, dense);
+    let _ = writeln!(
+        e,
+        "  {same} of {} generated tokens equal dense's ({} tokens){}",
+        g.generated_ids.len(),
+        dense.generated_ids.len(),
+        if same == g.generated_ids.len() && same == dense.generated_ids.len() {
+            ": the same answer".to_string()
+        } else {
+            format!("; dense answered: {:?}", dense.text.trim())
+        }
+    );
+}
+
+/// `--compare dense` in `--json`.
+fn comparison_json(
+    g: &Generation,
+    dense: &Generation,
+    acc: &Accounting,
+    dense_acc: &Accounting,
+) -> serde_json::Value {
+    json!({
+        "criterion": "dense",
+        "text": dense.text,
+        "generated_ids": dense.generated_ids,
+        "decode_tokens_per_s": decode_rate(dense),
+        "speedup": decode_rate(g) / decode_rate(dense).max(1e-9),
+        "kv_bytes_per_token": dense_acc.kv_bytes / (dense.decode_steps.max(1) as f64),
+        "chosen_kv_bytes_per_token": acc.kv_bytes / (g.decode_steps.max(1) as f64),
+        "common_prefix_tokens": common_prefix(g, dense),
+    })
 }

@@ -16,7 +16,7 @@
 //!   the share of the softmax mass left out is at most `1 - tau`, proven.
 //! - **`TopK(k)`** (Quest): the `k` pages of largest `u_p`, no threshold.
 //!
-//! The pages are left out in bins of an eighth of an octave of `exp(x - max x)` (no sort): the
+//! The pages are left out in bins of `exp(x - max x)`, eight per octave (no sort): the
 //! bin where the budget runs out is kept whole, so a rule reads at most one bin more than a
 //! sort would and never drops more than its budget.
 //!
@@ -24,7 +24,7 @@
 
 use qada_stats::{BulkSummaries, PageBounds};
 
-use crate::attention::Elem;
+use crate::attention::{exp_in_place, max_score, Elem};
 use crate::lse::lse;
 use crate::selection::{GroupRead, PageSelection, SelectScratch};
 use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
@@ -104,12 +104,6 @@ impl<C: LocalityCriterion> Pages<C> {
 
 /// Unit roundoff of f32 doubled: the rounding of a kernel's products and sums, per term.
 const F32_ROUNDING: f64 = f32::EPSILON as f64;
-
-/// Bins per octave and octaves of the budget's histogram; the lowest bin holds everything
-/// below `2^-OCTAVES` of the largest page.
-const BINS_PER_OCTAVE: f64 = 8.0;
-const OCTAVES: usize = 64;
-const N_BINS: usize = OCTAVES * 8 + 1;
 
 impl<C: LocalityCriterion> LocalityCriterion for Pages<C> {
     /// Per head, the gate's decision (selection happens per group).
@@ -256,72 +250,68 @@ fn select_pages(
     }
     s.chosen.clear();
     s.chosen.resize(n_pages, 0);
+    for v in [&mut s.w_order, &mut s.w_mass, &mut s.w_lower] {
+        v.resize(n_pages, 0.0);
+    }
+    // ln n_p: every page full but the last
+    let ln_full = (pages.page_size() as f32).ln();
+    let ln_last = (pages.page_len(n_pages - 1) as f32).ln();
+    let ln_n = |p: usize| if p + 1 == n_pages { ln_last } else { ln_full };
     let mut k = 0;
     for (j, input) in inputs.iter().enumerate() {
         if long & (1 << j) == 0 {
             continue;
         }
         let at = k * n_pages..(k + 1) * n_pages;
-        let (a, b, c, e) = (
-            &s.a[at.clone()],
-            &s.b[at.clone()],
-            &s.c[at.clone()],
-            &s.e[at],
-        );
+        k += 1;
+        let (a, b) = (&s.a[at.clone()], &s.b[at.clone()]);
         let log_local = lse(input.local_scores);
         let bit = 1u64 << j;
+        let (order, mass, lower) = (&mut s.w_order, &mut s.w_mass, &mut s.w_lower);
         match rule {
             PageRule::Estimate => {
-                // ordered by the bound (a page with one outlier key ranks high), counted
-                // by the estimate
-                let ln_n = |p: usize| (pages.page_len(p) as f64).ln();
-                let upper = |p: usize| ln_n(p) + a[p] as f64 + b[p] as f64;
-                let est = |p: usize| ln_n(p) + c[p] as f64 + e[p] as f64;
-                let keep = budget_threshold(n_pages, upper, est, None, log_local, tau);
-                mark(&mut s.chosen, n_pages, upper, keep, bit);
+                // ordered by the bound (a page with one outlier key ranks high), counted by
+                // the estimate
+                let (c, e) = (&s.c[at.clone()], &s.e[at]);
+                for p in 0..n_pages {
+                    order[p] = ln_n(p) + a[p] + b[p];
+                    mass[p] = ln_n(p) + c[p] + e[p];
+                }
+                let keep = budget_threshold(order, mass, None, log_local, tau);
+                mark(&mut s.chosen, order, keep, bit);
             }
             PageRule::Certified => {
                 let slack = rounding_slack(input.query, d, scale);
                 let abs_max = pages.abs_maxima();
-                let upper = |p: usize| {
-                    (pages.page_len(p) as f64).ln()
-                        + a[p] as f64
-                        + b[p] as f64
-                        + slack * abs_max[p] as f64
-                };
-                let lower = |p: usize| {
-                    (pages.page_len(p) as f64).ln() + a[p] as f64
-                        - b[p] as f64
-                        - slack * abs_max[p] as f64
-                };
-                let keep = budget_threshold(n_pages, upper, upper, Some(&lower), log_local, tau);
-                mark(&mut s.chosen, n_pages, upper, keep, bit);
+                for p in 0..n_pages {
+                    let widen = (slack * abs_max[p] as f64) as f32;
+                    order[p] = ln_n(p) + a[p] + b[p] + widen;
+                    lower[p] = ln_n(p) + a[p] - b[p] - widen;
+                }
+                mass.copy_from_slice(order);
+                let keep = budget_threshold(order, mass, Some(lower), log_local, tau);
+                mark(&mut s.chosen, order, keep, bit);
             }
             PageRule::TopK(top) => {
-                let upper = |p: usize| a[p] as f64 + b[p] as f64;
                 if top >= n_pages {
                     s.chosen.iter_mut().for_each(|c| *c |= bit);
-                } else {
-                    s.order.clear();
-                    s.order.extend(0..n_pages as u32);
-                    // descending bound, NaN first (never left out)
-                    let key = |p: &u32| {
-                        let u = upper(*p as usize);
-                        if u.is_nan() {
-                            f64::INFINITY
-                        } else {
-                            u
-                        }
-                    };
-                    s.order
-                        .select_nth_unstable_by(top - 1, |x, y| key(y).total_cmp(&key(x)));
-                    for &p in &s.order[..top] {
-                        s.chosen[p as usize] |= bit;
-                    }
+                    continue;
+                }
+                for p in 0..n_pages {
+                    // NaN first: never left out
+                    let u = a[p] + b[p];
+                    order[p] = if u.is_nan() { f32::INFINITY } else { u };
+                }
+                s.order.clear();
+                s.order.extend(0..n_pages as u32);
+                let key = |p: &u32| order[*p as usize];
+                s.order
+                    .select_nth_unstable_by(top - 1, |x, y| key(y).total_cmp(&key(x)));
+                for &p in &s.order[..top] {
+                    s.chosen[p as usize] |= bit;
                 }
             }
         }
-        k += 1;
     }
     let rows = if rule == PageRule::Estimate { 4 } else { 2 };
     selection.add_cost(
@@ -353,114 +343,122 @@ fn select_pages(
 
 /// `(d + 4) 2^-23 |scale| |q|_1`: times a page's largest `|k_j|`, it covers the rounding of a
 /// kernel's score `fl(scale q . k)` (within `(d + 2) 2^-24 |scale| sum_j |q_j k_j|`) and of
-/// the page's center and radius, with a factor 2 to spare.
+/// the page's center and radius, with a factor 2 to spare. The f32 sums of the bound's two
+/// products round as a kernel's score does, and are covered the same way.
 fn rounding_slack(q: &[f32], d: usize, scale: f32) -> f64 {
     let l1: f64 = q.iter().map(|x| x.abs() as f64).sum();
     (d as f64 + 4.0) * F32_ROUNDING * (scale as f64).abs() * l1
 }
 
-/// Set `bit` in `chosen[p]` for every page whose value reaches the kept bin.
-fn mark(chosen: &mut [u64], n: usize, value: impl Fn(usize) -> f64, keep: Keep, bit: u64) {
-    for (p, c) in chosen.iter_mut().enumerate().take(n) {
-        if keep.keeps(value(p)) {
+/// Set `bit` in `chosen[p]` for every page whose weight in `order` (after
+/// [`budget_threshold`]: `exp(order_p - max)`) reaches the kept bin.
+fn mark(chosen: &mut [u64], order: &[f32], keep: Keep, bit: u64) {
+    for (c, &w) in chosen.iter_mut().zip(order) {
+        if keep.keeps(w) {
             *c |= bit;
         }
     }
 }
 
-/// Which pages a head keeps: those whose value's bin is at least `bin` (relative to `max`).
-#[derive(Clone, Copy, Debug)]
-struct Keep {
-    max: f64,
-    bin: usize,
+/// Which pages a head keeps: those whose weight's bin is at least `bin`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Keep {
+    All,
+    None,
+    From(usize),
 }
 
 impl Keep {
-    const ALL: Keep = Keep {
-        max: f64::NAN,
-        bin: 0,
-    };
-    const NONE: Keep = Keep {
-        max: f64::INFINITY,
-        bin: usize::MAX,
-    };
-    fn keeps(self, x: f64) -> bool {
-        if self.bin == usize::MAX {
-            return false;
+    fn keeps(self, w: f32) -> bool {
+        match self {
+            Keep::All => true,
+            Keep::None => false,
+            Keep::From(bin) => bin_of(w) >= bin,
         }
-        if self.max.is_nan() || x.is_nan() {
-            return true;
-        }
-        bin_of(x, self.max) >= self.bin
     }
 }
 
-/// The bin of `x <= max`: `floor(8 log2 exp(x - max))` shifted to `[0, N_BINS)`, everything
-/// below `2^-64` of the largest in bin 0.
-fn bin_of(x: f64, max: f64) -> usize {
-    let octaves = (x - max) / std::f64::consts::LN_2;
-    let b = (octaves * BINS_PER_OCTAVE).floor() + (N_BINS - 1) as f64;
-    if b >= (N_BINS - 1) as f64 {
-        N_BINS - 1
-    } else if b >= 0.0 {
-        b as usize
-    } else {
-        0
-    }
+/// Bins: eight per octave (the f32 exponent and the mantissa's top three bits, so the bin
+/// grows with the weight), from `2^-64` (bin 0, which also holds everything below)
+/// to 1 (bin `N_BINS - 1`).
+const N_BINS: usize = 64 * 8 + 1;
+
+/// The bin of a weight `w` in `[0, 1]`.
+fn bin_of(w: f32) -> usize {
+    // 1.0 is 0x3f80_0000: exponent 127, so bits >> 20 is 127 * 8 = 1016; 2^-64 is 63 * 8
+    let b = (w.to_bits() >> 20) as i64 - (63 * 8);
+    b.clamp(0, (N_BINS - 1) as i64) as usize
 }
 
-/// The lowest bin a head keeps. Pages are ordered by `order` (binned relative to its
-/// largest value) and left out bin by bin from the lowest while the left-out mass `U` (the
-/// sum of `exp(mass)` over them) stays within `1 - tau` of a total: with `lower` (certified),
-/// `U <= (1 - tau) (A_local + L_kept + U)`, `L_kept` the sum of `exp(lower)` over the kept
-/// pages; without (`mass` an estimate), `U <= (1 - tau) (A_local + sum_p exp(mass_p))`.
-/// A NaN or infinite value anywhere keeps every page.
+/// The lowest bin a head keeps. Pages are ordered by `order` (ln values; binned as weights
+/// `exp(order_p - max order)`) and left out bin by bin from the lowest while the left-out
+/// mass `U` (the sum of `exp(mass)` over them) stays within `1 - tau` of a total: with
+/// `lower` (certified), `U <= (1 - tau) (A_local + L_kept + U)`, `L_kept` the sum of
+/// `exp(lower)` over the kept pages; without (`mass` an estimate),
+/// `U <= (1 - tau) (A_local + sum_p exp(mass_p))`. A NaN or infinite value keeps every page.
+///
+/// On return `order` holds the weights, `mass` and `lower` their exponentials relative to
+/// the largest mass (f32 [`exp_in_place`], relative error below 3e-7, for which the
+/// comparison leaves a margin of 1e-6).
 fn budget_threshold(
-    n: usize,
-    order: impl Fn(usize) -> f64,
-    mass: impl Fn(usize) -> f64,
-    lower: Option<&dyn Fn(usize) -> f64>,
+    order: &mut [f32],
+    mass: &mut [f32],
+    lower: Option<&mut [f32]>,
     log_local: f64,
     tau: Tau,
 ) -> Keep {
-    let eps = 1.0 - tau.get();
-    let (mut top, mut reference) = (f64::NEG_INFINITY, f64::NEG_INFINITY);
-    for p in 0..n {
-        let (o, m) = (order(p), mass(p));
-        if o.is_nan() || m.is_nan() || o == f64::INFINITY || m == f64::INFINITY {
-            return Keep::ALL;
-        }
-        top = top.max(o);
-        reference = reference.max(m);
+    let finite = |v: &[f32]| v.iter().all(|x| x.is_finite() || *x == f32::NEG_INFINITY);
+    if !finite(order) || !finite(mass) || lower.as_deref().is_some_and(|l| !finite(l)) {
+        return Keep::All;
     }
-    if top == f64::NEG_INFINITY || reference == f64::NEG_INFINITY {
-        return Keep::NONE;
+    let (top, reference) = (
+        max_score(order, f32::NEG_INFINITY),
+        max_score(mass, f32::NEG_INFINITY),
+    );
+    if top == f32::NEG_INFINITY || reference == f32::NEG_INFINITY {
+        return Keep::None;
     }
+    let certified = lower.is_some();
+    exp_in_place(order, top);
+    exp_in_place(mass, reference);
     let mut u_bins = [0.0f64; N_BINS];
     let mut l_bins = [0.0f64; N_BINS];
-    for p in 0..n {
-        let b = bin_of(order(p), top);
-        let m = mass(p);
-        u_bins[b] += (m - reference).exp();
-        l_bins[b] += (lower.map_or(m, |lower| lower(p)) - reference).exp();
+    match lower {
+        Some(lower) => {
+            exp_in_place(lower, reference);
+            for ((&w, &m), &l) in order.iter().zip(mass.iter()).zip(lower.iter()) {
+                let b = bin_of(w);
+                u_bins[b] += m as f64;
+                l_bins[b] += l as f64;
+            }
+        }
+        None => {
+            for (&w, &m) in order.iter().zip(mass.iter()) {
+                let b = bin_of(w);
+                u_bins[b] += m as f64;
+                l_bins[b] += m as f64;
+            }
+        }
     }
-    let local = (log_local - reference).exp();
+    let eps = 1.0 - tau.get();
+    let local = (log_local - reference as f64).exp();
     let l_all: f64 = l_bins.iter().sum();
     let (mut u_out, mut l_out) = (0.0f64, 0.0f64);
     for b in 0..N_BINS {
         let (u, l) = (u_out + u_bins[b], l_out + l_bins[b]);
-        // estimate: the left-out estimate against the whole estimated total;
-        // certified: the left-out bound against the local mass, the kept lower bounds and it
-        let total = match lower {
-            None => local + l_all,
-            Some(_) => local + (l_all - l).max(0.0) + u,
+        // estimate: the left-out estimate against the whole estimated total; certified: the
+        // left-out bound against the local mass, the kept lower bounds and it
+        let total = if certified {
+            local + (l_all - l).max(0.0) + u
+        } else {
+            local + l_all
         };
-        if u > eps * total || u.is_nan() {
-            return Keep { max: top, bin: b };
+        if u * (1.0 + 1e-6) > eps * total * (1.0 - 1e-6) || u.is_nan() {
+            return Keep::From(b);
         }
         (u_out, l_out) = (u, l);
     }
-    Keep::NONE
+    Keep::None
 }
 
 #[cfg(test)]
@@ -468,49 +466,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bins_order_values_and_clip() {
-        assert_eq!(bin_of(0.0, 0.0), N_BINS - 1);
-        assert_eq!(bin_of(-1000.0, 0.0), 0);
-        assert!(bin_of(-1.0, 0.0) < bin_of(-0.5, 0.0));
-        // an eighth of an octave apart: adjacent bins
-        let step = std::f64::consts::LN_2 / 8.0;
-        assert_eq!(bin_of(-2.5 * step, 0.0) + 1, bin_of(-1.5 * step, 0.0));
+    fn bins_grow_with_the_weight_and_clip() {
+        assert_eq!(bin_of(1.0), N_BINS - 1);
+        assert_eq!(bin_of(0.0), 0);
+        assert_eq!(bin_of(2f32.powi(-70)), 0);
+        assert!(bin_of(0.3) < bin_of(0.5));
+        // an eighth of the octave's width apart: adjacent bins
+        assert_eq!(bin_of(0.5) + 1, bin_of(0.5 * 1.125 * 1.0001));
     }
 
     #[test]
     fn the_budget_leaves_out_the_small_pages_only() {
+        let tau = Tau::new(0.9).unwrap();
         // pages of mass e^0, e^-10, e^-10, e^-10 and a local mass e^0: at tau 0.9 the three
         // small pages (3 e^-10 of about 2) go, the big one stays
-        let vals = [0.0, -10.0, -10.0, -10.0];
-        let keep = budget_threshold(
-            4,
-            |p| vals[p],
-            |p| vals[p],
-            None,
-            0.0,
-            Tau::new(0.9).unwrap(),
-        );
-        let kept: Vec<bool> = vals.iter().map(|&v| keep.keeps(v)).collect();
+        let vals = [0.0f32, -10.0, -10.0, -10.0];
+        let (mut o, mut m) = (vals, vals);
+        let keep = budget_threshold(&mut o, &mut m, None, 0.0, tau);
+        let kept: Vec<bool> = o.iter().map(|&w| keep.keeps(w)).collect();
         assert_eq!(kept, [true, false, false, false]);
         // a local mass that dwarfs the bulk: nothing kept
-        let keep = budget_threshold(
-            4,
-            |p| vals[p],
-            |p| vals[p],
-            None,
-            10.0,
-            Tau::new(0.9).unwrap(),
-        );
-        assert!(vals.iter().all(|&v| !keep.keeps(v)));
+        let (mut o, mut m) = (vals, vals);
+        let keep = budget_threshold(&mut o, &mut m, None, 10.0, tau);
+        assert!(o.iter().all(|&w| !keep.keeps(w)));
         // a NaN page: everything kept
-        let keep = budget_threshold(
-            2,
-            |p| [0.0, f64::NAN][p],
-            |p| [0.0, f64::NAN][p],
-            None,
-            0.0,
-            Tau::new(0.9).unwrap(),
-        );
-        assert!(keep.keeps(-100.0));
+        let (mut o, mut m) = ([0.0f32, f32::NAN], [0.0f32, 0.0]);
+        assert_eq!(budget_threshold(&mut o, &mut m, None, 0.0, tau), Keep::All);
     }
 }
