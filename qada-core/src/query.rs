@@ -18,6 +18,7 @@ use qada_stats::{ClusterMoments, KeyMoments, PageBounds, Rows};
 
 use crate::attention::scores;
 use crate::lse::{log_local_share, lse};
+use crate::selection::{GroupRead, PageSelection};
 use crate::{Approx, CoreError, Decision, HeadInput, LocalityCriterion, Oracle, Result};
 
 /// The bulk of one head: the positions between sink and window.
@@ -235,6 +236,47 @@ impl<'a> PreparedQuery<'a> {
         input.bulk_pages = summaries.pages.as_ref();
         input.bulk_clusters = summaries.clusters.as_ref();
         criterion.decide(&input)
+    }
+
+    /// `criterion`'s decisions for `heads` that share one bulk (the query heads of a GQA
+    /// group, each prepared with the same bulk keys), and what the group reads of its bulk
+    /// ([`LocalityCriterion::select_group`]): for a selecting criterion (pages, certified,
+    /// quest) the pages of `selection`, each with the heads that read it.
+    ///
+    /// # Errors
+    /// [`CoreError::DimensionMismatch`] when `out` has another length than `heads`, or the
+    /// heads' bulks differ in length; the criterion's own errors.
+    pub fn select_with<C: LocalityCriterion + ?Sized>(
+        heads: &[PreparedQuery],
+        criterion: &C,
+        summaries: &BulkSummaryData,
+        out: &mut [Decision],
+        selection: &mut PageSelection,
+    ) -> Result<GroupRead> {
+        if out.len() != heads.len() {
+            return Err(CoreError::DimensionMismatch {
+                what: "decisions of a group",
+                expected: heads.len(),
+                found: out.len(),
+            });
+        }
+        if let Some(h) = heads.iter().find(|h| h.bulk_len != heads[0].bulk_len) {
+            return Err(CoreError::DimensionMismatch {
+                what: "bulk rows of the heads of one group",
+                expected: heads[0].bulk_len,
+                found: h.bulk_len,
+            });
+        }
+        let inputs: Vec<HeadInput<'_>> = heads
+            .iter()
+            .map(|h| {
+                let mut input = h.input();
+                input.bulk_pages = summaries.pages.as_ref();
+                input.bulk_clusters = summaries.clusters.as_ref();
+                input
+            })
+            .collect();
+        criterion.select_group(&inputs, out, selection)
     }
 
     /// The oracle and QAdA at threshold `tau`, with the masses each computed.

@@ -7,11 +7,12 @@
 //! once from the bulk keys.
 
 use ndarray::{Array0, Array1, ArrayView2, Axis};
+use numpy::PyArray1;
 use numpy::{IntoPyArray, PyArrayDyn};
 use pyo3::prelude::*;
 use qada_core::{
-    by_name, Bulk, CoreError, CriterionParams, Decision, HeadQuery, LocalityCriterion,
-    PreparedQuery,
+    by_name, Bulk, CoreError, CriterionParams, Decision, GroupRead, HeadQuery, LocalityCriterion,
+    PageSelection, PreparedQuery,
 };
 use qada_stats::KeyMoments;
 
@@ -25,6 +26,10 @@ pub struct PyDecisions {
     local: Py<PyArrayDyn<bool>>,
     log_local_share: Py<PyArrayDyn<f64>>,
     criterion: String,
+    /// For page selection: per head, the bulk pages it reads.
+    pages: Option<Vec<Vec<u64>>>,
+    page_size: Option<usize>,
+    one_head: bool,
 }
 
 #[pymethods]
@@ -47,6 +52,30 @@ impl PyDecisions {
     fn criterion(&self) -> &str {
         &self.criterion
     }
+    /// For the page-selecting criteria (pages, certified, quest): the bulk pages each head
+    /// reads, page `p` being bulk rows `[p * page_size, (p + 1) * page_size)`, as an int64
+    /// array (a list of them for a batch); every page for a head that reads the whole bulk,
+    /// none for a local one. `None` for the other criteria, which read all of the bulk or none.
+    #[getter]
+    fn pages(&self, py: Python<'_>) -> PyResult<Option<Py<PyAny>>> {
+        let Some(pages) = &self.pages else {
+            return Ok(None);
+        };
+        let arrays: Vec<Bound<'_, PyArray1<u64>>> = pages
+            .iter()
+            .map(|p| PyArray1::from_vec(py, p.clone()))
+            .collect();
+        Ok(Some(if self.one_head {
+            arrays[0].clone().into_any().unbind()
+        } else {
+            pyo3::types::PyList::new(py, arrays)?.into_any().unbind()
+        }))
+    }
+    /// Bulk rows per page of `pages` (`None` for criteria that select no pages).
+    #[getter]
+    fn page_size(&self) -> Option<usize> {
+        self.page_size
+    }
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         Ok(format!(
             "Decisions(criterion={:?}, local={}, log_local_share={})",
@@ -61,6 +90,7 @@ impl PyDecisions {
 fn param_of(e: &CoreError) -> &'static str {
     match e {
         CoreError::InvalidTau(_) => "tau",
+        CoreError::InvalidParameter { what, .. } if what.contains("quest") => "quest_tokens",
         CoreError::InvalidParameter { what, .. } if what.contains("page") => "page",
         CoreError::InvalidParameter { what, .. } if what.contains("cluster") => "clusters",
         CoreError::InvalidParameter { what, .. } if what.contains("margin") => "margin",
@@ -70,7 +100,10 @@ fn param_of(e: &CoreError) -> &'static str {
 
 /// What each criterion needs of the bulk, checked before anything is computed.
 fn check_bulk(name: &str, has_keys: bool, has_moments: bool) -> PyResult<()> {
-    let need_keys = matches!(name, "oracle" | "bound" | "mixture" | "hybrid");
+    let need_keys = matches!(
+        name,
+        "oracle" | "bound" | "mixture" | "hybrid" | "pages" | "certified" | "quest"
+    );
     if need_keys && !has_keys {
         return Err(bad_arg(
             "bulk_keys",
@@ -89,7 +122,35 @@ fn check_bulk(name: &str, has_keys: bool, has_moments: bool) -> PyResult<()> {
     Ok(())
 }
 
-/// Decide every head (row of `q`) with `criterion`; the bulk summaries are built once.
+/// The names of the criteria that select pages of the bulk.
+const SELECTING: [&str; 3] = ["pages", "certified", "quest"];
+
+/// Per head, the pages it reads, from a group's selection: all `n_pages` for a full read.
+fn pages_per_head(
+    read: GroupRead,
+    sel: &PageSelection,
+    decisions: &[Decision],
+    n_pages: usize,
+) -> Vec<Vec<u64>> {
+    (0..decisions.len())
+        .map(|j| match read {
+            GroupRead::Local => Vec::new(),
+            GroupRead::Full if decisions[j].local => Vec::new(),
+            GroupRead::Full => (0..n_pages as u64).collect(),
+            GroupRead::Selected => sel
+                .pages()
+                .filter(|&(_, m)| j < 64 && m & (1 << j) != 0)
+                .map(|(p, _)| p as u64)
+                .collect(),
+        })
+        .collect()
+}
+
+/// Decisions of every head, and for a selecting criterion the pages each reads.
+type Decided = (Vec<Decision>, Option<Vec<Vec<u64>>>);
+
+/// Decide every head (row of `q`) with `criterion`; the bulk summaries are built once. A
+/// page-selecting criterion decides the heads as one GQA group (at most 64).
 fn decide_heads(
     criterion: &dyn LocalityCriterion,
     q: ArrayView2<'_, f32>,
@@ -97,7 +158,7 @@ fn decide_heads(
     bulk_keys: Option<ArrayView2<'_, f32>>,
     moments: &KeyMoments,
     scale: Option<f32>,
-) -> qada_core::Result<Vec<Decision>> {
+) -> qada_core::Result<Decided> {
     let bulk = match bulk_keys {
         Some(keys) => Bulk::KeysAndMoments {
             keys: keys.reborrow(),
@@ -105,23 +166,33 @@ fn decide_heads(
         },
         None => Bulk::Moments(moments),
     };
-    let mut summaries = None;
-    let mut out = Vec::with_capacity(q.nrows());
-    for h in 0..q.nrows() {
-        let prepared = PreparedQuery::new(&HeadQuery {
-            query: q.reborrow().index_axis_move(Axis(0), h),
-            local_keys: local_keys.reborrow(),
-            bulk,
-            scale,
-        })?;
-        let shared = match summaries.take() {
-            Some(s) => s,
-            None => prepared.summaries_for(criterion)?,
-        };
-        out.push(prepared.decide_with(criterion, &shared)?);
-        summaries = Some(shared);
+    let prepared = (0..q.nrows())
+        .map(|h| {
+            PreparedQuery::new(&HeadQuery {
+                query: q.reborrow().index_axis_move(Axis(0), h),
+                local_keys: local_keys.reborrow(),
+                bulk,
+                scale,
+            })
+        })
+        .collect::<qada_core::Result<Vec<_>>>()?;
+    let Some(first) = prepared.first() else {
+        return Ok((Vec::new(), None));
+    };
+    let summaries = first.summaries_for(criterion)?;
+    let mut out = vec![Decision::LONG; prepared.len()];
+    if SELECTING.contains(&criterion.name()) {
+        let mut sel = PageSelection::new();
+        let read =
+            PreparedQuery::select_with(&prepared, criterion, &summaries, &mut out, &mut sel)?;
+        let n_pages = summaries.pages.as_ref().map_or(0, |p| p.n_pages());
+        let pages = pages_per_head(read, &sel, &out, n_pages);
+        return Ok((out, Some(pages)));
     }
-    Ok(out)
+    for (p, o) in prepared.iter().zip(out.iter_mut()) {
+        *o = p.decide_with(criterion, &summaries)?;
+    }
+    Ok((out, None))
 }
 
 /// Decide whether attention heads are local.
@@ -135,6 +206,7 @@ fn decide_heads(
     q, local_keys, bulk_keys=None, moments=None, tau=0.6, criterion="approx", scale=None,
     page=CriterionParams::default().page, clusters=CriterionParams::default().clusters,
     margin=CriterionParams::default().margin,
+    quest_tokens=CriterionParams::default().quest_tokens,
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn decide(
@@ -149,6 +221,7 @@ pub fn decide(
     page: usize,
     clusters: usize,
     margin: f64,
+    quest_tokens: usize,
 ) -> PyResult<PyDecisions> {
     let tau = check_tau(tau)?;
     let params = CriterionParams {
@@ -156,7 +229,7 @@ pub fn decide(
         page,
         clusters,
         margin,
-        quest_tokens: qada_core::criteria::by_name::DEFAULT_QUEST_TOKENS,
+        quest_tokens,
     };
     let c = by_name(criterion, &params).map_err(|e| arg_err(param_of(&e), e))?;
     check_bulk(criterion, bulk_keys.is_some(), moments.is_some())?;
@@ -198,8 +271,15 @@ pub fn decide(
         }
     }
     let given = moments.as_ref().map(|m| &m.inner);
-    let decisions = py
-        .detach(|| -> qada_core::Result<Vec<Decision>> {
+    if SELECTING.contains(&criterion) && q2.nrows() > 64 {
+        return Err(bad_arg(
+            "q",
+            "at most 64 heads for a page-selecting criterion (one GQA group)",
+            format!("{} heads", q2.nrows()),
+        ));
+    }
+    let (decisions, pages) = py
+        .detach(|| -> qada_core::Result<Decided> {
             let own;
             let moments = match (given, bulk) {
                 (Some(m), _) => m,
@@ -235,5 +315,8 @@ pub fn decide(
         local: local.into_pyarray(py).unbind(),
         log_local_share: log_local_share.into_pyarray(py).unbind(),
         criterion: c.name().to_string(),
+        page_size: pages.as_ref().map(|_| page),
+        pages,
+        one_head,
     })
 }

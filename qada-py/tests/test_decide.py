@@ -173,7 +173,7 @@ def test_argument_errors_name_the_argument(rng):
         qada.decide(np.zeros((2, 2, 8), np.float32), local, bulk)
     with pytest.raises(ValueError, match=r"local_keys: expected a 2-d array"):
         qada.decide(q, local[0], bulk)
-    with pytest.raises(ValueError, match=r"criterion: unknown criterion \"magic\": use dense, window, oracle, approx, bound, mixture or hybrid"):
+    with pytest.raises(ValueError, match=r"criterion: unknown criterion \"magic\": use dense, window, oracle, approx, bound, mixture, hybrid, pages, certified or quest"):
         qada.decide(q, local, bulk, criterion="magic")
     with pytest.raises(ValueError, match=r"criterion: unknown criterion \"static\".*static needs a table"):
         qada.decide(q, local, bulk, criterion="static")
@@ -191,3 +191,32 @@ def test_argument_errors_name_the_argument(rng):
         qada.decide(q, local, bulk, criterion="bound", page=0)
     with pytest.raises(ValueError, match=r"margin: the hybrid criterion's margin"):
         qada.decide(q, local, bulk, criterion="hybrid", margin=-1.0)
+
+
+def test_certified_pages_leave_out_at_most_one_minus_tau_of_the_mass(rng):
+    """The pages a head reads under `certified` hold all but at most 1 - tau of its softmax
+    mass, recomputed in numpy from the scores; quest reads its budget of pages per head."""
+    q, local, bulk = head(rng, h=6, strength=0.2, n_bulk=640)
+    q = q * 2.5
+    scale = 1 / math.sqrt(q.shape[1])
+    for tau in [0.5, 0.8, 0.95]:
+        d = qada.decide(q, local, bulk, criterion="certified", tau=tau, page=16)
+        assert d.page_size == 16 and len(d.pages) == 6
+        for j, pages in enumerate(d.pages):
+            s_local, s_bulk = scores(q[j], local, scale), scores(q[j], bulk, scale)
+            total = lse(np.concatenate([s_local, s_bulk]))
+            kept = np.zeros(len(bulk), dtype=bool)
+            for p in pages:
+                kept[p * 16 : (p + 1) * 16] = True
+            if kept.all():
+                continue
+            dropped = math.exp(lse(s_bulk[~kept]) - total)
+            assert dropped <= (1 - tau) * (1 + 1e-6), (tau, j, dropped)
+    quest = qada.decide(q, local, bulk, criterion="quest", page=16, quest_tokens=64)
+    assert [len(p) for p in quest.pages] == [4] * 6
+    # criteria that read all of the bulk or none select no pages
+    assert qada.decide(q, local, bulk, criterion="approx").pages is None
+    one = qada.decide(q[0], local, bulk, criterion="pages", page=16)
+    assert one.pages.ndim == 1 and one.page_size == 16
+    with pytest.raises(ValueError, match="page"):
+        qada.decide(q, local, bulk, criterion="pages", page=0)

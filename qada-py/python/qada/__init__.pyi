@@ -48,6 +48,13 @@ class Decisions:
         computes none (dense, window)."""
     @property
     def criterion(self) -> str: ...
+    @property
+    def pages(self) -> Optional[Union[npt.NDArray[np.uint64], list[npt.NDArray[np.uint64]]]]:
+        """For pages, certified and quest: the bulk pages each head reads (page p is bulk
+        rows [p * page_size, (p + 1) * page_size)); an array for one head, a list for a batch.
+        None for the criteria that read all of the bulk or none."""
+    @property
+    def page_size(self) -> Optional[int]: ...
 
 def decide(
     q: ArrayLike,
@@ -60,12 +67,17 @@ def decide(
     page: int = 32,
     clusters: int = 4,
     margin: float = 1.0,
+    quest_tokens: int = 1024,
 ) -> Decisions:
     """Decide whether attention heads are local.
 
     q: one query (d,) or a batch of heads (h, d) sharing the keys; local_keys: (n, d), the sink
     then the window; bulk_keys: (T_bulk, d); moments: KeyMoments of the bulk (approx only);
-    scale defaults to 1 / sqrt(d). oracle, bound, mixture and hybrid need bulk_keys; approx
+    scale defaults to 1 / sqrt(d). pages (QAdA's gate, then the pages holding all but 1 - tau
+    of the estimated mass), certified (pages until their bounds prove the rest below 1 - tau)
+    and quest (quest_tokens of pages of largest bound) decide the heads as one GQA group and
+    return the pages each reads (Decisions.pages). oracle, bound, mixture, hybrid and the
+    three page criteria need bulk_keys; approx
     needs bulk_keys or moments. Raises ValueError naming the argument on wrong shapes, an
     unknown criterion, tau outside (0, 1) or a missing bulk.
     """
