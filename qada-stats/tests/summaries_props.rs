@@ -25,13 +25,23 @@ fn dot(q: &[f32], k: &[f32]) -> f64 {
 
 proptest! {
     /// Each page's center and radius, mean and variance are those of its keys, recomputed
-    /// in f64 from the rows; `c - r <= k <= c + r` up to the rounding of `c` and `r`; the
-    /// largest `|k_j|` is the page's.
+    /// in f64 from the rows, to f16's rounding (`2^-11` relative, infinite past its range);
+    /// `c - r <= k <= c + r` up to that rounding; the largest `|k_j|` is the page's.
     #[test]
     fn page_centers_radii_means_and_variances_are_the_pages_own((d, keys, _q) in keys_and_query(), page in 1usize..40) {
         let mut b = PageBounds::new(d, page).unwrap();
         b.push_rows_of(Rows::F32(&keys)).unwrap();
         let rows: Vec<&[f32]> = keys.chunks_exact(d).collect();
+        let f16_max = f16::MAX.to_f64();
+        // the f16 value of x: within 2^-11 |x| (and 2^-24 absolute, the subnormals), or
+        // infinite past the range
+        let near = |got: f16, want: f64, slack: f64| {
+            let got = got.to_f64();
+            if want.abs() > f16_max {
+                return got.is_infinite() || (got - want).abs() <= want.abs() / 2048.0;
+            }
+            (got - want).abs() <= want.abs() / 2048.0 + 6e-8 + slack
+        };
         for p in 0..b.n_pages() {
             let ks = &rows[p * page..(p * page + b.page_len(p))];
             let n = ks.len() as f64;
@@ -41,12 +51,13 @@ proptest! {
                 let mean = col.iter().sum::<f64>() / n;
                 let var = col.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
                 let spread = col.iter().fold(0.0f64, |m, x| m.max(x.abs()));
-                let (m, v) = (b.means()[p * d + j] as f64, b.variances()[p * d + j] as f64);
-                prop_assert!((m - mean).abs() <= 1e-6 * spread + 1e-30, "page {p} channel {j}: mean {m} vs {mean}");
-                prop_assert!((v - var).abs() <= 1e-5 * spread * spread + 1e-30, "page {p} channel {j}: variance {v} vs {var}");
-                let (c, r) = (b.centers()[p * d + j] as f64, b.radii()[p * d + j] as f64);
+                let i = p * d + j;
+                prop_assert!(near(b.means()[i], mean, 1e-6 * spread), "page {p} channel {j}: mean {} vs {mean}", b.means()[i]);
+                prop_assert!(near(b.variances()[i], var, 1e-5 * spread * spread), "page {p} channel {j}: variance {} vs {var}", b.variances()[i]);
+                let (c, r) = (b.centers()[i].to_f64(), b.radii()[i].to_f64());
+                let tol = spread / 1024.0 + 1e-7;
                 for &x in &col {
-                    prop_assert!(x <= c + r + 1e-7 * spread && x >= c - r - 1e-7 * spread, "page {p}: {x} outside {c} +- {r}");
+                    prop_assert!(x <= c + r + tol && x >= c - r - tol, "page {p}: {x} outside {c} +- {r}");
                 }
                 amax = ks.iter().fold(amax, |a, k| a.max(k[j].abs()));
             }

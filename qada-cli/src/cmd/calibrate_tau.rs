@@ -42,9 +42,10 @@ pub struct Args {
     /// Largest drop below dense allowed on any task (accuracy, or top-1 agreement).
     #[arg(long, default_value_t = 0.02)]
     budget: f64,
-    /// Criteria tried, comma-separated, among approx-current, bound, mixture and hybrid
+    /// Criteria tried, comma-separated, among approx-current, bound, mixture, hybrid, pages
+    /// and certified (the last two select pages of the bulk per KV group)
     /// (each at its default page of 32 keys, 4 clusters, margin of 1 nat).
-    #[arg(long, default_value = "approx-current,bound,mixture,hybrid")]
+    #[arg(long, default_value = "approx-current,bound,mixture,hybrid,pages")]
     methods: String,
     /// Thresholds tried, comma-separated.
     #[arg(long, default_value = "0.5,0.7,0.8,0.9,0.95,0.99")]
@@ -89,7 +90,14 @@ pub struct Args {
 }
 
 /// Methods a setting may use: those `generate` can run without a table.
-const SETTING_METHODS: &[&str] = &["approx-current", "bound", "mixture", "hybrid"];
+const SETTING_METHODS: &[&str] = &[
+    "approx-current",
+    "bound",
+    "mixture",
+    "hybrid",
+    "pages",
+    "certified",
+];
 
 /// The `--criterion` name of a sweep method, and its group mode (`mixture@all` is mixture,
 /// all).

