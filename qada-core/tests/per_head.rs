@@ -81,6 +81,32 @@ fn criteria(tau: f64) -> Vec<Box<dyn LocalityCriterion>> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
+    /// A group through `PerHead::decide_group` (the inner criterion's batch, then each
+    /// head's own tau) decides each head as `PerHead::decide` does, with thresholds that
+    /// differ from head to head.
+    #[test]
+    fn group_decisions_are_each_heads_own(
+        c in case(),
+        taus in prop::collection::vec(0.05f64..0.95, 4),
+    ) {
+        let mut table = HeadTaus::uniform(sig(1), 4, Tau::new(0.5).unwrap());
+        for (h, &t) in taus.iter().enumerate() {
+            table.set(0, h, Tau::new(t).unwrap()).unwrap();
+        }
+        for inner in criteria(0.5) {
+            let per_head = PerHead::new(inner, table.clone());
+            let inputs: Vec<HeadInput<'_>> = (0..4).map(|h| c.input(0, h)).collect();
+            let mut out = vec![Decision::LONG; 4];
+            let any_long = per_head.decide_group(&inputs, &mut out).unwrap();
+            for (h, o) in out.iter().enumerate() {
+                let alone = per_head.decide(&inputs[h]).unwrap();
+                prop_assert_eq!(o.local, alone.local, "head {}", h);
+                prop_assert_eq!(o.log_local_share.map(f64::to_bits), alone.log_local_share.map(f64::to_bits));
+            }
+            prop_assert_eq!(any_long, out.iter().any(|o| !o.local));
+        }
+    }
+
     /// (a) With every `tau_{l,h} = tau`, `PerHead` decides exactly as its criterion.
     #[test]
     fn uniform_thresholds_decide_as_the_inner_criterion(

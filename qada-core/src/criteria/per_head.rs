@@ -192,10 +192,11 @@ impl<C: LocalityCriterion> PerHead<C> {
     }
 }
 
-impl<C: LocalityCriterion> LocalityCriterion for PerHead<C> {
-    fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
+impl<C: LocalityCriterion> PerHead<C> {
+    /// The inner criterion's decision `d` of `input`'s head, labeled by the head's own tau
+    /// where it reports a finite share.
+    fn relabel(&self, input: &HeadInput<'_>, d: Decision) -> Result<Decision> {
         let tau = self.taus.get(input.layer, input.head)?;
-        let d = self.inner.decide(input)?;
         Ok(match d.log_local_share {
             Some(share) if share.is_finite() && input.bulk_len > 0 => Decision {
                 local: tau.is_local(share),
@@ -203,6 +204,24 @@ impl<C: LocalityCriterion> LocalityCriterion for PerHead<C> {
             },
             _ => d,
         })
+    }
+}
+
+impl<C: LocalityCriterion> LocalityCriterion for PerHead<C> {
+    fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
+        let d = self.inner.decide(input)?;
+        self.relabel(input, d)
+    }
+    /// The inner criterion's group decision (batched where it batches: QAdA reads a KV head's
+    /// covariance once for its group), each head then labeled by its own tau.
+    fn decide_group(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<bool> {
+        self.inner.decide_group(inputs, out)?;
+        let mut any_long = false;
+        for (input, o) in inputs.iter().zip(out.iter_mut()) {
+            *o = self.relabel(input, *o)?;
+            any_long |= !o.local;
+        }
+        Ok(any_long)
     }
     fn name(&self) -> &str {
         &self.name
