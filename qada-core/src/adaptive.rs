@@ -167,7 +167,7 @@ impl LayerScratch {
             selections: (0..n_kv_heads)
                 .map(|_| {
                     let mut s = PageSelection::new();
-                    s.reserve(group, max_bulk.div_ceil(MIN_RESERVED_PAGE));
+                    s.reserve(group, d, max_bulk.div_ceil(MIN_RESERVED_PAGE));
                     s
                 })
                 .collect(),

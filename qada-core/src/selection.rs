@@ -69,10 +69,13 @@ impl PageSelection {
         Self::default()
     }
 
-    /// Room for `max_pages` pages scored for `group` heads, so that choosing them allocates
-    /// nothing.
-    pub fn reserve(&mut self, group: usize, max_pages: usize) {
+    /// Room for `max_pages` pages scored for `group` heads of dimension `d`, so that choosing
+    /// them allocates nothing.
+    pub fn reserve(&mut self, group: usize, d: usize, max_pages: usize) {
         let s = &mut self.scratch;
+        for v in [&mut s.queries, &mut s.queries_abs, &mut s.queries2] {
+            v.reserve(group * d);
+        }
         for v in [&mut s.a, &mut s.b, &mut s.c, &mut s.e] {
             v.reserve(group * max_pages);
         }

@@ -246,10 +246,18 @@ impl PageBounds {
                 found: d,
             });
         }
-        let mut row = vec![0.0f32; d];
+        // stack scratch up to d = 256 (a decoding step adds a key without allocating)
+        let mut stack = [0.0f32; 256];
+        let mut heap = Vec::new();
+        let row: &mut [f32] = if d <= stack.len() {
+            &mut stack[..d]
+        } else {
+            heap.resize(d, 0.0);
+            &mut heap
+        };
         for i in 0..keys.n_rows(d) {
-            keys.row_f32(i, &mut row);
-            self.push(&row)?;
+            keys.row_f32(i, row);
+            self.push(row)?;
         }
         Ok(())
     }
