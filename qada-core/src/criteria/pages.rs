@@ -5,9 +5,11 @@
 //! page, one of three rules ([`PageRule`]):
 //!
 //! - **`Estimate`** (top-p): the page's diagonal Gaussian
-//!   `ln A_p_hat = ln n_p + scale q . mu_p + scale^2 (q * q) . v_p / 2`; the pages of smallest
-//!   estimate are left out while their summed estimate stays within `(1 - tau)` of the
-//!   estimated total `A_local + sum_p A_p_hat`.
+//!   `ln A_p_hat = min(ln n_p + scale q . mu_p + scale^2 (q * q) . v_p / 2, ln n_p + u_p)`
+//!   (never above the bound `u_p` below), scaled so that they sum to the gate's estimate of
+//!   the whole bulk (QAdA's, from the full covariance); pages are left out in the order of
+//!   their bound, lowest first, while their summed estimate stays within `(1 - tau)` of the
+//!   estimated total `A_local + A_bulk_hat`.
 //! - **`Certified`**: the page bound `u_p = scale (q . c_p + |q| . r_p)` (Quest's, from the
 //!   page's center `c` and radius `r`) and the lower bound `l_p = scale (q . c_p - |q| . r_p)`,
 //!   both widened by the kernels' rounding; pages are left out in order of `u_p` while
@@ -271,11 +273,21 @@ fn select_pages(
         match rule {
             PageRule::Estimate => {
                 // ordered by the bound (a page with one outlier key ranks high), counted by
-                // the estimate
+                // the estimate, never above the bound: the log-normal's `sigma^2 / 2` of a
+                // page with a wide channel would otherwise inflate the total, and with it the
+                // mass left out
                 let (c, e) = (&s.c[at.clone()], &s.e[at]);
                 for p in 0..n_pages {
                     order[p] = ln_n(p) + a[p] + b[p];
-                    mass[p] = ln_n(p) + c[p] + e[p];
+                    mass[p] = (ln_n(p) + c[p] + e[p]).min(order[p]);
+                }
+                // the pages' estimates share out the gate's estimate of the whole bulk (QAdA's
+                // full covariance), so that the budget is that of the test the gate made
+                if let Some(log_bulk) = gate_log_bulk(out[j], log_local) {
+                    let shift = (log_bulk - lse(mass)) as f32;
+                    if shift.is_finite() {
+                        mass.iter_mut().for_each(|m| *m += shift);
+                    }
                 }
                 let keep = budget_threshold(order, mass, None, log_local, tau);
                 mark(&mut s.chosen, order, keep, bit);
@@ -339,6 +351,15 @@ fn select_pages(
     } else {
         GroupRead::Selected
     })
+}
+
+/// `ln A_bulk` as the gate estimated it, from its log local share `r` and `ln A_local`:
+/// `ln A_bulk = ln A_local + ln(e^-r - 1)`; `None` where it reported no finite share, or a
+/// share of 1 (no bulk mass to share out).
+fn gate_log_bulk(d: Decision, log_local: f64) -> Option<f64> {
+    let r = d.log_local_share.filter(|r| r.is_finite() && *r < 0.0)?;
+    let log_bulk = log_local + (-r).exp_m1().ln();
+    log_bulk.is_finite().then_some(log_bulk)
 }
 
 /// `((d + 4) 2^-23 + 2 2^-11) |scale| |q|_1`: times a page's largest `|k_j|`, it covers the
