@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: fetch the models and corpus, build in release mode, and answer a question
-# about a long document (about 16,500 tokens: State of the Union addresses from 1901 on, with
+# about a long document (about 16,200 tokens: State of the Union addresses from 1901 on, with
 # one fact placed in the middle) on Qwen2.5-0.5B (32k context), with page selection deciding
 # per token and KV group which pages of the context to read. The same prompt is then decoded
 # densely from the same prefill (--compare dense), and both speeds and K/V bytes are printed.
