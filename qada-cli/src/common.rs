@@ -433,16 +433,16 @@ impl CriterionArgs {
 
     /// The criterion, deciding per group as `--group` says.
     pub fn criterion(&self, model: &Model) -> CliResult<Box<dyn LocalityCriterion>> {
+        let mode: GroupMode = self.group.parse().map_err(|e| format!("--group: {e}"))?;
+        let mut c = self.head_criterion(model)?;
         let ctx = model.config.context_length;
-        if self.page > ctx {
+        if c.bulk_summaries().page.is_some_and(|page| page > ctx) {
             return fail(format!(
                 "--page {}: a page holds at most the context length of {ctx} keys; use a page \
                  of 16 to 128 keys (default 32)",
                 self.page
             ));
         }
-        let mode: GroupMode = self.group.parse().map_err(|e| format!("--group: {e}"))?;
-        let mut c = self.head_criterion(model)?;
         if let Some(path) = &self.head_taus {
             c = self.per_head(c, path, model)?;
         }
