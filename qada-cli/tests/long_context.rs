@@ -1,35 +1,9 @@
 //! End-to-end tests of page selection on the real models: the passkey at 16k tokens on
 //! Qwen2.5-0.5B, `generate --compare dense`, and the errors of bad page settings.
 
-use std::path::PathBuf;
-use std::process::{Command, Output, Stdio};
+mod common;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("qada-long-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
-}
-
-fn qada(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_qada"))
-        .args(args)
-        .current_dir(repo())
-        .env_remove("QADA_MODEL")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
-}
-
-fn ok(o: &Output) -> String {
-    let e = String::from_utf8_lossy(&o.stderr);
-    assert!(o.status.success(), "failed: {e}");
-    assert!(!e.contains("panicked"), "{e}");
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
+use common::{ok, qada, repo, tmp};
 
 fn qwen() -> &'static str {
     let path = "models/qwen2.5-0.5b/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf";

@@ -23,7 +23,7 @@ pub const DEFAULT_PAGE: usize = 32;
 
 /// Unit roundoff of f32 doubled (`2^-23`): per term, the rounding of one f32 product and sum
 /// of the kernels' dot products (which may run in any order, with or without FMA).
-const F32_ROUNDING: f64 = f32::EPSILON as f64;
+pub(crate) const F32_ROUNDING: f64 = f32::EPSILON as f64;
 
 /// Relative error of [`crate::attention::fast_exp`], with which the oracle sums `exp(s - m)`.
 const FAST_EXP_ERROR: f64 = 3e-7;
@@ -80,7 +80,7 @@ impl Bound {
     /// when they hold another number of keys than `T_bulk`, or keys of another length than the
     /// query.
     pub fn log_bulk_mass(input: &HeadInput<'_>) -> Result<f64> {
-        let pages = pages_of(input, "bound")?;
+        let pages = checked_pages(input, "bound")?;
         let d = input.query.len();
         // scale * q . k = |scale| * (sign q) . k: the bound of the signed query
         let (sign, scale) = (input.scale.signum() as f64, (input.scale as f64).abs());
@@ -105,7 +105,10 @@ impl Bound {
 
 /// The page bounds of `input`, checked against the query and `T_bulk`; `criterion` names who
 /// asks, for the error.
-fn pages_of<'a>(input: &HeadInput<'a>, criterion: &'static str) -> Result<&'a PageBounds> {
+pub(crate) fn checked_pages<'a>(
+    input: &HeadInput<'a>,
+    criterion: &'static str,
+) -> Result<&'a PageBounds> {
     let pages = input.bulk_pages.ok_or(CoreError::MissingBulkSummary {
         criterion,
         summary: "page bounds",

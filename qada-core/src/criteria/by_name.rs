@@ -123,6 +123,18 @@ pub fn by_name(name: &str, p: &CriterionParams) -> Result<Box<dyn LocalityCriter
 mod tests {
     use super::*;
 
+    /// The names of the criteria with a threshold: all but dense and window.
+    const WITH_TAU: &[&str] = &[
+        "oracle",
+        "approx",
+        "bound",
+        "mixture",
+        "hybrid",
+        "pages",
+        "certified",
+        "quest",
+    ];
+
     #[test]
     fn every_listed_name_builds_the_criterion_of_that_name() {
         for &name in CRITERION_NAMES {
@@ -140,16 +152,7 @@ mod tests {
             margin: 0.5,
             quest_tokens: 64,
         };
-        for name in [
-            "oracle",
-            "approx",
-            "bound",
-            "mixture",
-            "hybrid",
-            "pages",
-            "certified",
-            "quest",
-        ] {
+        for &name in WITH_TAU {
             let c = by_name(name, &p).unwrap();
             assert_eq!(c.tau().map(|t| t.get()), Some(0.3), "{name}");
         }
@@ -186,16 +189,7 @@ mod tests {
             tau: 1.5,
             ..CriterionParams::default()
         };
-        for name in [
-            "oracle",
-            "approx",
-            "bound",
-            "mixture",
-            "hybrid",
-            "pages",
-            "certified",
-            "quest",
-        ] {
+        for &name in WITH_TAU {
             assert!(matches!(
                 by_name(name, &bad_tau),
                 Err(CoreError::InvalidTau(_))

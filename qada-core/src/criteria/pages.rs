@@ -27,6 +27,7 @@
 use qada_stats::{f16, BulkSummaries, PageBounds};
 
 use crate::attention::{exp_in_place, max_score, Elem};
+use crate::criteria::bound::{checked_pages, F32_ROUNDING};
 use crate::lse::lse;
 use crate::selection::{GroupRead, PageSelection, SelectScratch};
 use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
@@ -53,7 +54,17 @@ pub struct Pages<C> {
     tau: Tau,
     page: usize,
     rule: PageRule,
-    name: String,
+}
+
+impl PageRule {
+    /// The criterion's name with this rule: `pages`, `certified` or `quest`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PageRule::Estimate => "pages",
+            PageRule::Certified => "certified",
+            PageRule::TopK(_) => "quest",
+        }
+    }
 }
 
 impl<C: LocalityCriterion> Pages<C> {
@@ -77,17 +88,11 @@ impl<C: LocalityCriterion> Pages<C> {
                 found: 0.0,
             });
         }
-        let name = match rule {
-            PageRule::Estimate => "pages".to_string(),
-            PageRule::Certified => "certified".to_string(),
-            PageRule::TopK(_) => "quest".to_string(),
-        };
         Ok(Pages {
             gate,
             tau: Tau::new(tau)?,
             page,
             rule,
-            name,
         })
     }
     /// The gate.
@@ -104,16 +109,13 @@ impl<C: LocalityCriterion> Pages<C> {
     }
 }
 
-/// Unit roundoff of f32 doubled: the rounding of a kernel's products and sums, per term.
-const F32_ROUNDING: f64 = f32::EPSILON as f64;
-
 impl<C: LocalityCriterion> LocalityCriterion for Pages<C> {
     /// Per head, the gate's decision (selection happens per group).
     fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
         self.gate.decide(input)
     }
     fn name(&self) -> &str {
-        &self.name
+        self.rule.name()
     }
     fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
         self.gate.decision_flops(d, bulk_len)
@@ -153,9 +155,9 @@ impl<C: LocalityCriterion> LocalityCriterion for Pages<C> {
                 found: out.len(),
             });
         }
-        let pages = pages_of(first, &self.name, self.page)?;
+        let pages = self.pages_of(first)?;
         for input in &inputs[1..] {
-            if !std::ptr::eq(pages_of(input, &self.name, self.page)?, pages) {
+            if !std::ptr::eq(self.pages_of(input)?, pages) {
                 return Err(CoreError::DimensionMismatch {
                     what: "page summaries of one group (one KV head's)",
                     expected: 1,
@@ -171,39 +173,20 @@ impl<C: LocalityCriterion> LocalityCriterion for Pages<C> {
     }
 }
 
-/// The page summaries of `input`, checked against its query, `T_bulk` and the page size.
-fn pages_of<'a>(input: &HeadInput<'a>, criterion: &str, page: usize) -> Result<&'a PageBounds> {
-    let pages = input.bulk_pages.ok_or(CoreError::MissingBulkSummary {
-        criterion: if criterion == "pages" {
-            "pages"
-        } else {
-            "certified/quest"
-        },
-        summary: "page bounds",
-    })?;
-    let checks = [
-        (
-            "page summaries: key length vs query length",
-            input.query.len(),
-            pages.dim(),
-        ),
-        (
-            "page summaries: keys held vs T_bulk",
-            input.bulk_len,
-            pages.n_rows(),
-        ),
-        ("page summaries: keys per page", page, pages.page_size()),
-    ];
-    for (what, expected, found) in checks {
-        if expected != found {
+impl<C> Pages<C> {
+    /// The page summaries of `input`, checked as the bound checks them (key length, keys
+    /// held), and for this criterion's page size.
+    fn pages_of<'a>(&self, input: &HeadInput<'a>) -> Result<&'a PageBounds> {
+        let pages = checked_pages(input, self.rule.name())?;
+        if pages.page_size() != self.page {
             return Err(CoreError::DimensionMismatch {
-                what,
-                expected,
-                found,
+                what: "page summaries: keys per page",
+                expected: self.page,
+                found: pages.page_size(),
             });
         }
+        Ok(pages)
     }
-    Ok(pages)
 }
 
 /// Score the pages for the group's long heads and fill `selection`.

@@ -1,0 +1,38 @@
+//! What the end-to-end tests share: the repository, a temporary folder, and the `qada` binary
+//! run there with no standard input and no `QADA_MODEL`.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+
+/// The repository's root (models and corpus are found from there).
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `name` in a folder of this test process under the system's temporary folder.
+pub fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("qada-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+/// `qada ARGS` run from the repository.
+pub fn qada(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_qada"))
+        .args(args)
+        .current_dir(repo())
+        .env_remove("QADA_MODEL")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+/// Standard output of a run that succeeded without a panic (else the test fails with its
+/// standard error).
+pub fn ok(o: &Output) -> String {
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "failed: {e}");
+    assert!(!e.contains("panicked"), "{e}");
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
