@@ -238,7 +238,10 @@ pub struct CriterionArgs {
     /// its close local calls checked by the bound) | pages (QAdA's gate, then per KV group
     /// only the bulk pages holding all but 1 - tau of the estimated mass) | certified (the
     /// same, pages until their bounds prove the rest below 1 - tau) | quest (a fixed
-    /// --quest-tokens of pages of largest bound). Default: for generate, the setting
+    /// --quest-tokens of pages of largest bound) | pages-oracle (the ceiling of pages: the
+    /// oracle's gate, then the pages by their exact mass, from every bulk key; it reads
+    /// more than dense) | channels (QAdA's gate, then the pages by scores from --channels
+    /// channels of the keys, the rest of each page as its Gaussian). Default: for generate, the setting
     /// shipped for the model (see --setting); for bench and analyze, approx.
     #[arg(long, conflicts_with = "setting")]
     pub criterion: Option<String>,
@@ -250,12 +253,16 @@ pub struct CriterionArgs {
     /// Threshold on the local share of the softmax mass, in (0, 1) (default 0.6).
     #[arg(long)]
     pub tau: Option<f64>,
-    /// bound, hybrid, pages, certified and quest: bulk keys per page.
+    /// bound, hybrid, pages, certified, quest, pages-oracle and channels: bulk keys per page.
     #[arg(long, default_value_t = 32)]
     pub page: usize,
     /// quest: bulk tokens each head reads (whole pages of its largest bounds).
     #[arg(long, default_value_t = qada_core::criteria::by_name::DEFAULT_QUEST_TOKENS)]
     pub quest_tokens: usize,
+    /// channels: key channels every bulk key is scored with (those of largest
+    /// |q_j| max |k_j| over the group's long heads).
+    #[arg(long, default_value_t = qada_core::criteria::by_name::DEFAULT_CHANNELS)]
+    pub channels: usize,
     /// mixture: clusters of the bulk keys (k-means at the end of prefill).
     #[arg(long, default_value_t = 4)]
     pub clusters: usize,
@@ -491,6 +498,7 @@ impl CriterionArgs {
             clusters: self.clusters,
             margin: self.margin,
             quest_tokens: self.quest_tokens,
+            channels: self.channels,
         };
         by_name(self.name(), &params).map_err(|e| format!("--criterion: {e}").into())
     }

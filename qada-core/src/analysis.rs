@@ -3,15 +3,20 @@
 //!
 //! A [`HeadProbe`] holds, for one query head at one step, `log A_local`, the exact
 //! `log A_bulk` and the Gaussian estimate `log A_bulk_hat`. Every label at any `tau` follows
-//! from these three numbers, so one decoding pass can be scored at many thresholds.
+//! from these three numbers, so one decoding pass can be scored at many thresholds. A probe of
+//! a criterion also holds `log A_missed`, the exact mass of the bulk rows the criterion's read
+//! leaves out for the head (all of the bulk for a local head, the pages not chosen for a
+//! head that selects pages): its share of the head's softmax mass is what the head's output
+//! loses, the quantity `1 - tau` bounds.
 
 use ndarray::Array2;
 use qada_stats::GaussianScore;
 use statrs::statistics::{Data, OrderStatistics, Statistics};
 
 use crate::attention::{scores, KvSegments};
-use crate::lse::{log_local_share, lse};
-use crate::{CoreError, HeadInput, LocalityCriterion, Result, Tau};
+use crate::lse::{log_local_share, lse, lse2};
+use crate::selection::{GroupRead, PageSelection};
+use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
 
 /// The masses of one query head at one step.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -28,6 +33,10 @@ pub struct HeadProbe {
     pub log_bulk: f64,
     /// `ln A_bulk_hat = ln T_bulk + mu_s + sigma_s^2 / 2` (NaN without moments).
     pub log_bulk_hat: f64,
+    /// `ln A_missed`: the exact mass of the bulk rows the probed criterion leaves out for
+    /// this head (`-inf`: none; `log_bulk`: the whole bulk). NaN when no criterion was
+    /// probed ([`probe_layer`]): then QAdA's label at the report's `tau` says.
+    pub log_missed: f64,
 }
 
 impl HeadProbe {
@@ -46,6 +55,19 @@ impl HeadProbe {
     /// QAdA's label at `tau`.
     pub fn approx_local(&self, tau: Tau) -> bool {
         tau.is_local(self.approx_share())
+    }
+    /// The share of the head's exact softmax mass its read leaves out,
+    /// `A_missed / (A_local + A_bulk)`: from `log_missed`, or, for a probe of QAdA's estimate
+    /// alone, the whole bulk where its label at `tau` is local and nothing where it is long.
+    pub fn missed_share(&self, tau: Tau) -> f64 {
+        let log_missed = if !self.log_missed.is_nan() {
+            self.log_missed
+        } else if self.approx_local(tau) {
+            self.log_bulk
+        } else {
+            return 0.0;
+        };
+        (log_missed - lse2(self.log_local, self.log_bulk)).exp()
     }
 }
 
@@ -99,6 +121,7 @@ pub fn probe_layer(
             log_local: lse(&local),
             log_bulk: lse(&bulk),
             log_bulk_hat,
+            log_missed: f64::NAN,
         });
     }
     Ok(out)
@@ -107,9 +130,11 @@ pub fn probe_layer(
 /// As [`probe_layer`], with `log_bulk_hat` the bulk mass `criterion` estimates instead of
 /// QAdA's: from the log local share `r` it reports, `ln A_bulk_hat = L + ln(e^-r - 1)` (so the
 /// probe's share is `r` again). A criterion that computes no share (window, static) gives its
-/// label instead: `-inf` (local at every `tau`) or `+inf` (long). The criterion sees what attention
-/// would give it: local scores, moments, bulk keys and the segments' summaries. A criterion
-/// whose estimate depends on `tau` (hybrid) is exact at its own `tau` only.
+/// label instead: `-inf` (local at every `tau`) or `+inf` (long). The criterion decides each
+/// KV group as attention would have it decide ([`LocalityCriterion::select_group`]: local
+/// scores, moments, bulk keys and the segments' summaries), and `log_missed` is the exact
+/// mass of what its read leaves out per head. A criterion whose estimate depends on `tau`
+/// (hybrid, pages) is exact at its own `tau` only.
 pub fn probe_layer_with<C: LocalityCriterion + ?Sized>(
     layer: usize,
     queries: &[f32],
@@ -120,36 +145,68 @@ pub fn probe_layer_with<C: LocalityCriterion + ?Sized>(
     let mut probes = probe_layer(layer, queries, kv, scale)?;
     let d = kv.first().map_or(0, |k| k.dim);
     let group = queries.len() / d / kv.len();
-    let mut local = Vec::new();
-    for p in &mut probes {
-        let k = &kv[p.head / group];
-        let q = &queries[p.head * d..(p.head + 1) * d];
+    let mut local = vec![Vec::new(); group];
+    let mut bulk = Vec::new();
+    let mut decisions = vec![Decision::LONG; group];
+    let mut selection = PageSelection::new();
+    for (g, k) in kv.iter().enumerate() {
+        if k.bulk_len() == 0 {
+            continue;
+        }
         let ns = k.sink_keys.n_rows(d);
-        local.resize(k.local_len(), 0.0);
-        scores(q, k.sink_keys, scale, &mut local[..ns]);
-        scores(q, k.window_keys, scale, &mut local[ns..]);
-        let input = HeadInput {
-            layer,
-            head: p.head,
-            query: q,
-            scale,
-            local_scores: &local,
-            bulk_len: k.bulk_len(),
-            bulk_moments: k.bulk_moments,
-            bulk_keys: k.bulk_keys,
-            bulk_pages: k.bulk_pages,
-            bulk_clusters: k.bulk_clusters,
-        };
-        let decision = criterion.decide(&input)?;
-        p.log_bulk_hat = match decision.log_local_share {
-            Some(r) if r < 0.0 => p.log_local + (-r).exp_m1().ln(),
-            // the whole mass local: no bulk mass at all
-            Some(0.0) => f64::NEG_INFINITY,
-            Some(_) => f64::NAN,
-            // no mass computed (window, static): the label itself, at every tau
-            None if decision.local => f64::NEG_INFINITY,
-            None => f64::INFINITY,
-        };
+        for (j, s) in local.iter_mut().enumerate() {
+            let q = &queries[(g * group + j) * d..(g * group + j + 1) * d];
+            s.resize(k.local_len(), 0.0);
+            scores(q, k.sink_keys, scale, &mut s[..ns]);
+            scores(q, k.window_keys, scale, &mut s[ns..]);
+        }
+        let inputs: Vec<HeadInput<'_>> = (0..group)
+            .map(|j| HeadInput {
+                layer,
+                head: g * group + j,
+                query: &queries[(g * group + j) * d..(g * group + j + 1) * d],
+                scale,
+                local_scores: &local[j],
+                bulk_len: k.bulk_len(),
+                bulk_moments: k.bulk_moments,
+                bulk_keys: k.bulk_keys,
+                bulk_pages: k.bulk_pages,
+                bulk_clusters: k.bulk_clusters,
+            })
+            .collect();
+        let read = criterion.select_group(&inputs, &mut decisions, &mut selection)?;
+        for (j, decision) in decisions.iter().enumerate() {
+            let h = g * group + j;
+            let Some(p) = probes.iter_mut().find(|p| p.head == h) else {
+                continue;
+            };
+            p.log_bulk_hat = match decision.log_local_share {
+                Some(r) if r < 0.0 => p.log_local + (-r).exp_m1().ln(),
+                // the whole mass local: no bulk mass at all
+                Some(0.0) => f64::NEG_INFINITY,
+                Some(_) => f64::NAN,
+                // no mass computed (window, static): the label itself, at every tau
+                None if decision.local => f64::NEG_INFINITY,
+                None => f64::INFINITY,
+            };
+            p.log_missed = match read {
+                GroupRead::Local => p.log_bulk,
+                _ if decision.local => p.log_bulk,
+                GroupRead::Full => f64::NEG_INFINITY,
+                GroupRead::Selected => {
+                    // the bulk's scores with the rows of the head's pages set to -inf
+                    bulk.resize(k.bulk_len(), 0.0);
+                    scores(inputs[j].query, k.bulk_keys, scale, &mut bulk);
+                    for (page, mask) in selection.pages() {
+                        if j < 64 && mask & (1 << j) != 0 {
+                            let (r0, r1) = selection.rows(page, k.bulk_len());
+                            bulk[r0..r1].fill(f32::NEG_INFINITY);
+                        }
+                    }
+                    lse(&bulk)
+                }
+            };
+        }
     }
     Ok(probes)
 }
@@ -233,10 +290,14 @@ impl Agreement {
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
+    ratio_f(a as f64, b)
+}
+
+fn ratio_f(a: f64, b: u64) -> f64 {
     if b == 0 {
         f64::NAN
     } else {
-        a as f64 / b as f64
+        a / b as f64
     }
 }
 
@@ -268,6 +329,15 @@ pub struct Report {
     /// Per (layer, head), fraction of probes where QAdA's label equals the oracle's
     /// (layer-major).
     pub per_head_agreement: Vec<f64>,
+    /// The share of each head's exact softmax mass its read leaves out
+    /// ([`HeadProbe::missed_share`]).
+    pub missed_share: Summary,
+    /// The largest missed share.
+    pub missed_share_max: f64,
+    /// Fraction of probes whose missed share exceeds `1 - tau`: the budget broken.
+    pub frac_over_budget: f64,
+    /// Per layer, the mean missed share.
+    pub per_layer_missed_share: Vec<f64>,
     /// Layers and heads per layer of the per-head tables.
     pub shape: (usize, usize),
 }
@@ -280,6 +350,17 @@ impl Report {
         let mut long_o = vec![0u64; n_layers * n_heads];
         let mut long_a = vec![0u64; n_layers * n_heads];
         let mut same = vec![0u64; n_layers * n_heads];
+        let mut missed_sum = vec![0f64; n_layers];
+        let mut missed_n = vec![0u64; n_layers];
+        let missed: Vec<f64> = probes.iter().map(|p| p.missed_share(tau)).collect();
+        for (p, &m) in probes.iter().zip(&missed) {
+            if p.layer < n_layers && m.is_finite() {
+                missed_sum[p.layer] += m;
+                missed_n[p.layer] += 1;
+            }
+        }
+        let budget = 1.0 - tau.get();
+        let over = missed.iter().filter(|&&m| m > budget).count();
         for p in probes {
             let (o, a) = (p.oracle_local(tau), p.approx_local(tau));
             match (o, a) {
@@ -342,6 +423,18 @@ impl Report {
             per_head_frac_long_oracle: per_head(&long_o),
             per_head_frac_long_approx: per_head(&long_a),
             per_head_agreement: per_head(&same),
+            missed_share: Summary::of(missed.iter().copied()),
+            missed_share_max: missed
+                .iter()
+                .copied()
+                .filter(|m| m.is_finite())
+                .fold(f64::NAN, f64::max),
+            frac_over_budget: ratio(over as u64, probes.len() as u64),
+            per_layer_missed_share: missed_sum
+                .iter()
+                .zip(&missed_n)
+                .map(|(&s, &n)| ratio_f(s, n))
+                .collect(),
             shape: (n_layers, n_heads),
         }
     }
@@ -426,6 +519,7 @@ mod tests {
             log_local,
             log_bulk,
             log_bulk_hat,
+            log_missed: f64::NAN,
         };
         let tau = Tau::new(0.5).unwrap();
         let probes = [
@@ -453,6 +547,13 @@ mod tests {
         assert_eq!(r.per_head_frac_long_oracle, vec![0.0, 1.0, 1.0, 0.0]);
         assert_eq!(r.log_error_gauss.median, 5.0);
         assert_eq!(r.log_gap_bulk_local.mean, 5.0);
+        // QAdA's labels: the local heads miss their bulk, e^-5 / (1 + e^-5) and
+        // e^5 / (1 + e^5) of their mass; the second breaks the budget of 0.5
+        let (small, large) = (1.0 / (1.0 + 5f64.exp()), 1.0 / (1.0 + (-5f64).exp()));
+        assert_eq!(r.frac_over_budget, 0.25);
+        assert!((r.missed_share_max - large).abs() < 1e-12);
+        assert!((r.per_layer_missed_share[0] - small / 2.0).abs() < 1e-12);
+        assert!((r.per_layer_missed_share[1] - large / 2.0).abs() < 1e-12);
         let o = r.oracle_local_fraction();
         assert_eq!(o.dim(), (2, 2));
         assert_eq!(

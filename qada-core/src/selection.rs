@@ -61,6 +61,11 @@ pub(crate) struct SelectScratch {
     pub chosen: Vec<u64>,
     /// Page indices, for partial sorts.
     pub order: Vec<u32>,
+    /// One head's scores over the whole bulk (the exact and channel rules).
+    pub scores: Vec<f32>,
+    /// The long heads' queries on the chosen channels (0 elsewhere), and the channels.
+    pub queries_sparse: Vec<f32>,
+    pub channel: Vec<u32>,
 }
 
 impl PageSelection {

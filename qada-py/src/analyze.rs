@@ -8,7 +8,7 @@ use qada_core::analysis::{HeadProbe, Report};
 use qada_model::probe::ProbeRun;
 
 /// The report's numbers, its per-head tables `(layers, heads)` and per-layer fractions, the
-/// probes as columns (`probes`: layer, head, bulk_len, log_local, log_bulk, log_bulk_hat) and
+/// probes as columns (`probes`: layer, head, bulk_len, log_local, log_bulk, log_bulk_hat, log_missed) and
 /// the greedy tokens decoded.
 pub fn report_dict<'py>(
     py: Python<'py>,
@@ -41,6 +41,13 @@ pub fn report_dict<'py>(
     )?;
     out.set_item("log_error_gauss_median", r.log_error_gauss.median)?;
     out.set_item("log_gap_bulk_local_median", r.log_gap_bulk_local.median)?;
+    out.set_item("missed_share_mean", r.missed_share.mean)?;
+    out.set_item("missed_share_max", r.missed_share_max)?;
+    out.set_item("frac_over_budget", r.frac_over_budget)?;
+    out.set_item(
+        "per_layer_missed_share",
+        PyArray1::from_vec(py, r.per_layer_missed_share.clone()),
+    )?;
     let probes = PyDict::new(py);
     let col = |f: fn(&HeadProbe) -> f64| -> Vec<f64> { run.probes.iter().map(f).collect() };
     let idx = |f: fn(&HeadProbe) -> usize| -> Vec<u64> {
@@ -55,6 +62,7 @@ pub fn report_dict<'py>(
         "log_bulk_hat",
         PyArray1::from_vec(py, col(|p| p.log_bulk_hat)),
     )?;
+    probes.set_item("log_missed", PyArray1::from_vec(py, col(|p| p.log_missed)))?;
     out.set_item("probes", probes)?;
     out.set_item("generated_ids", run.generated.clone())?;
     Ok(out)

@@ -91,6 +91,7 @@ fn param_of(e: &CoreError) -> &'static str {
     match e {
         CoreError::InvalidTau(_) => "tau",
         CoreError::InvalidParameter { what, .. } if what.contains("quest") => "quest_tokens",
+        CoreError::InvalidParameter { what, .. } if what.contains("channels") => "channels",
         CoreError::InvalidParameter { what, .. } if what.contains("page") => "page",
         CoreError::InvalidParameter { what, .. } if what.contains("cluster") => "clusters",
         CoreError::InvalidParameter { what, .. } if what.contains("margin") => "margin",
@@ -102,7 +103,15 @@ fn param_of(e: &CoreError) -> &'static str {
 fn check_bulk(name: &str, has_keys: bool, has_moments: bool) -> PyResult<()> {
     let need_keys = matches!(
         name,
-        "oracle" | "bound" | "mixture" | "hybrid" | "pages" | "certified" | "quest"
+        "oracle"
+            | "bound"
+            | "mixture"
+            | "hybrid"
+            | "pages"
+            | "certified"
+            | "quest"
+            | "pages-oracle"
+            | "channels"
     );
     if need_keys && !has_keys {
         return Err(bad_arg(
@@ -123,7 +132,7 @@ fn check_bulk(name: &str, has_keys: bool, has_moments: bool) -> PyResult<()> {
 }
 
 /// The names of the criteria that select pages of the bulk.
-const SELECTING: [&str; 3] = ["pages", "certified", "quest"];
+const SELECTING: [&str; 5] = ["pages", "certified", "quest", "pages-oracle", "channels"];
 
 /// Per head, the pages it reads, from a group's selection: all `n_pages` for a full read.
 fn pages_per_head(
@@ -207,6 +216,7 @@ fn decide_heads(
     page=CriterionParams::default().page, clusters=CriterionParams::default().clusters,
     margin=CriterionParams::default().margin,
     quest_tokens=CriterionParams::default().quest_tokens,
+    channels=CriterionParams::default().channels,
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn decide(
@@ -222,6 +232,7 @@ pub fn decide(
     clusters: usize,
     margin: f64,
     quest_tokens: usize,
+    channels: usize,
 ) -> PyResult<PyDecisions> {
     let tau = check_tau(tau)?;
     let params = CriterionParams {
@@ -230,6 +241,7 @@ pub fn decide(
         clusters,
         margin,
         quest_tokens,
+        channels,
     };
     let c = by_name(criterion, &params).map_err(|e| arg_err(param_of(&e), e))?;
     check_bulk(criterion, bulk_keys.is_some(), moments.is_some())?;

@@ -142,6 +142,7 @@ const P: CriterionParams = CriterionParams {
     clusters: qada_core::criteria::mixture::DEFAULT_CLUSTERS,
     margin: qada_core::criteria::hybrid::DEFAULT_MARGIN,
     quest_tokens: qada_core::criteria::by_name::DEFAULT_QUEST_TOKENS,
+    channels: qada_core::criteria::by_name::DEFAULT_CHANNELS,
 };
 
 #[pymethods]

@@ -39,6 +39,8 @@ pub struct PageBounds {
     var: Vec<f16>,
     /// Largest `|k_j|` over the page's keys and channels, one per page.
     abs_max: Vec<f32>,
+    /// Per channel, the largest `|k_j|` over every key held (`dim`).
+    channel_abs_max: Vec<f32>,
     /// The open (last) page's per-channel sums of `k` and `k^2`, in f64.
     sum: Vec<f64>,
     sum_sq: Vec<f64>,
@@ -65,6 +67,7 @@ impl PageBounds {
             mean: Vec::new(),
             var: Vec::new(),
             abs_max: Vec::new(),
+            channel_abs_max: vec![0.0; dim],
             sum: vec![0.0; dim],
             sum_sq: vec![0.0; dim],
         })
@@ -143,6 +146,11 @@ impl PageBounds {
     pub fn abs_maxima(&self) -> &[f32] {
         &self.abs_max
     }
+    /// Per channel `j`, the largest `|k_j|` over every key held (`dim` values; 0 when empty,
+    /// NaN where a key was NaN): how far channel `j` can move a score, `|q_j| max |k_j|`.
+    pub fn channel_abs_maxima(&self) -> &[f32] {
+        &self.channel_abs_max
+    }
     /// Bytes a query reads: the minimum and maximum of every page.
     pub fn bytes(&self) -> usize {
         (self.min.len() + self.max.len()) * std::mem::size_of::<f32>()
@@ -161,6 +169,7 @@ impl PageBounds {
             v.clear();
         }
         self.abs_max.clear();
+        self.channel_abs_max.iter_mut().for_each(|x| *x = 0.0);
         self.sum.iter_mut().for_each(|x| *x = 0.0);
         self.sum_sq.iter_mut().for_each(|x| *x = 0.0);
     }
@@ -224,6 +233,8 @@ impl PageBounds {
             } else {
                 abs_max
             };
+            let c = &mut self.channel_abs_max[j];
+            *c = if a > *c || a.is_nan() { a } else { *c };
         }
         if let Some(last) = self.abs_max.last_mut() {
             *last = abs_max;

@@ -63,6 +63,10 @@ proptest! {
             }
             prop_assert_eq!(b.abs_maxima()[p], amax);
         }
+        for j in 0..d {
+            let m = rows.iter().fold(0.0f32, |a, k| a.max(k[j].abs()));
+            prop_assert_eq!(b.channel_abs_maxima()[j], m, "channel {}", j);
+        }
     }
 
     #[test]

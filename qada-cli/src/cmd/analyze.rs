@@ -61,6 +61,10 @@ pub fn report_json(r: &Report) -> Value {
         },
         "log_error_gauss": summary_json(&r.log_error_gauss),
         "log_gap_bulk_local": summary_json(&r.log_gap_bulk_local),
+        "missed_share": summary_json(&r.missed_share),
+        "missed_share_max": r.missed_share_max,
+        "frac_over_budget": r.frac_over_budget,
+        "per_layer_missed_share": r.per_layer_missed_share,
         "per_layer_frac_local_oracle": r.per_layer_frac_local_oracle,
         "per_layer_frac_local_approx": r.per_layer_frac_local_approx,
         "per_head_frac_long_oracle": r.per_head_frac_long_oracle,
@@ -167,7 +171,33 @@ pub fn run(mut a: Args) -> CliResult<()> {
         "|log A_bulk - log A_local|:    mean {:.3}, median {:.3}, std {:.3}",
         b.mean, b.median, b.std
     );
-    println!("per layer, fraction local (oracle / approx):");
+    let m = &r.missed_share;
+    println!(
+        "mass left out (exact share of a head's softmax mass its read skips): mean {:.4}, \
+         median {:.4}, max {:.4}; above 1 - tau in {:.3} of the decisions",
+        m.mean, m.median, r.missed_share_max, r.frac_over_budget
+    );
+    // the decisions that lost the most: a local call (the estimate's) or a read too narrow
+    let mut worst: Vec<_> = run
+        .probes
+        .iter()
+        .map(|p| (p.missed_share(tau), p))
+        .collect();
+    worst.sort_by(|a, b| b.0.total_cmp(&a.0));
+    for (m, p) in worst.iter().take(5).filter(|(m, _)| *m > 1.0 - r.tau) {
+        println!(
+            "  left out {m:.4} at layer {}, head {}: {} (oracle's local share {:.4})",
+            p.layer,
+            p.head,
+            if p.approx_local(tau) {
+                "called local"
+            } else {
+                "its read too narrow"
+            },
+            p.oracle_share().exp()
+        );
+    }
+    println!("per layer, fraction local (oracle / approx), mean mass left out:");
     for l in 0..c.n_layers {
         if let Some(w) = c.layers[l].span.window() {
             println!(
@@ -179,9 +209,10 @@ pub fn run(mut a: Args) -> CliResult<()> {
             .map(|h| format!("{:.2}", r.per_head_frac_long_oracle[l * c.n_heads + h]))
             .collect();
         println!(
-            "  layer {l:>2}: {:.2} / {:.2}   oracle long freq per head: {}",
+            "  layer {l:>2}: {:.2} / {:.2}, missed {:.4}   oracle long freq per head: {}",
             r.per_layer_frac_local_oracle[l],
             r.per_layer_frac_local_approx[l],
+            r.per_layer_missed_share[l],
             heads.join(" ")
         );
     }

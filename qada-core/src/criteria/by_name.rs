@@ -4,7 +4,9 @@
 //! `dense`, `window`, `oracle`, `approx` (QAdA), `bound`, `mixture`, `hybrid`, and the page
 //! selections: `pages` (QAdA's gate, then top-p pages by their Gaussian estimate),
 //! `certified` (QAdA's gate, then pages until the bounds prove the rest below `1 - tau`) and
-//! `quest` (no gate: a fixed number of pages of largest bound). `static`
+//! `quest` (no gate: a fixed number of pages of largest bound), and their ceiling,
+//! `pages-oracle` (the oracle's gate, then top-p pages by their exact mass), and `channels`
+//! (QAdA's gate, then top-p pages by scores from a few channels of the keys). `static`
 //! needs a calibrated table ([`StaticTable`](crate::StaticTable)), so it is built apart with
 //! [`Static::from_table`](crate::Static::from_table); its name is an error here that says so.
 
@@ -16,6 +18,10 @@ use crate::{
 
 /// Tokens of the bulk Quest reads per head by default (its paper's smallest budget).
 pub const DEFAULT_QUEST_TOKENS: usize = 1024;
+
+/// Key channels the `channels` selection scores with by default: 8 of Qwen2.5-0.5B's 64
+/// chose pages as well as the exact scores at 16k (docs/RESULTS.md).
+pub const DEFAULT_CHANNELS: usize = 8;
 
 /// The names [`by_name`] builds, in the order reports list them.
 pub const CRITERION_NAMES: &[&str] = &[
@@ -29,11 +35,13 @@ pub const CRITERION_NAMES: &[&str] = &[
     "pages",
     "certified",
     "quest",
+    "pages-oracle",
+    "channels",
 ];
 
 /// What the accepted names are, for errors.
-const EXPECTED: &str = "dense, window, oracle, approx, bound, mixture, hybrid, pages, certified \
-                        or quest (static needs a \
+const EXPECTED: &str = "dense, window, oracle, approx, bound, mixture, hybrid, pages, certified, \
+                        quest, pages-oracle or channels (static needs a \
                         table from `qada calibrate static`: StaticTable::load and \
                         Static::from_table)";
 
@@ -51,6 +59,8 @@ pub struct CriterionParams {
     pub margin: f64,
     /// Bulk tokens Quest reads per head (rounded up to whole pages).
     pub quest_tokens: usize,
+    /// Key channels the `channels` selection scores every bulk key with.
+    pub channels: usize,
 }
 
 impl Default for CriterionParams {
@@ -63,6 +73,7 @@ impl Default for CriterionParams {
             clusters: DEFAULT_CLUSTERS,
             margin: DEFAULT_MARGIN,
             quest_tokens: DEFAULT_QUEST_TOKENS,
+            channels: DEFAULT_CHANNELS,
         }
     }
 }
@@ -93,6 +104,18 @@ pub fn by_name(name: &str, p: &CriterionParams) -> Result<Box<dyn LocalityCriter
             p.tau,
             p.page,
             PageRule::Certified,
+        )?),
+        "pages-oracle" => Box::new(Pages::new(
+            Oracle::new(p.tau)?,
+            p.tau,
+            p.page,
+            PageRule::Exact,
+        )?),
+        "channels" => Box::new(Pages::new(
+            Approx::new(p.tau)?,
+            p.tau,
+            p.page,
+            PageRule::Channels(p.channels),
         )?),
         "quest" => {
             if p.quest_tokens == 0 || p.page == 0 {
@@ -133,6 +156,8 @@ mod tests {
         "pages",
         "certified",
         "quest",
+        "pages-oracle",
+        "channels",
     ];
 
     #[test]
@@ -151,6 +176,7 @@ mod tests {
             clusters: 2,
             margin: 0.5,
             quest_tokens: 64,
+            channels: 4,
         };
         for &name in WITH_TAU {
             let c = by_name(name, &p).unwrap();
@@ -202,7 +228,14 @@ mod tests {
             page: 0,
             ..CriterionParams::default()
         };
-        for name in ["bound", "pages", "certified", "quest"] {
+        for name in [
+            "bound",
+            "pages",
+            "certified",
+            "quest",
+            "pages-oracle",
+            "channels",
+        ] {
             assert!(matches!(
                 by_name(name, &no_page),
                 Err(CoreError::InvalidParameter { .. })
@@ -213,6 +246,11 @@ mod tests {
             ..CriterionParams::default()
         };
         assert!(by_name("mixture", &no_clusters).is_err());
+        let no_channels = CriterionParams {
+            channels: 0,
+            ..CriterionParams::default()
+        };
+        assert!(by_name("channels", &no_channels).is_err());
         let bad_margin = CriterionParams {
             margin: -1.0,
             ..CriterionParams::default()

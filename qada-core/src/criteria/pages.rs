@@ -17,6 +17,18 @@
 //!   kept pages' `sum n_p exp(l_p)`. Since `x / (c + x)` grows with `x` and falls with `c`,
 //!   the share of the softmax mass left out is at most `1 - tau`, proven.
 //! - **`TopK(k)`** (Quest): the `k` pages of largest `u_p`, no threshold.
+//! - **`Exact`** (the oracle of selection): each page's exact mass `ln sum_{i in p} e^{s_i}`
+//!   from all the bulk keys, left out from the smallest while their sum stays within
+//!   `1 - tau` of the exact total. It reads every key, so it saves nothing: it is the
+//!   ceiling of top-p selection at pages of `P`, what a perfect page estimate would choose,
+//!   and counts (as the oracle's decision does) only the bytes of the pages it chooses.
+//! - **`Channels(r)`**: each key's score from the `r` channels of largest
+//!   `(sum_h |q_hj|) max |k_j|` (one set per group; Double Sparsity's label channels, chosen
+//!   per query), each page's other channels as its diagonal Gaussian:
+//!   `ln A_p_hat = lse_{i in p}(scale q_R . k_iR) + scale q_R' . mu_p + scale^2 q_R'^2 . v_p / 2`;
+//!   top-p by it against the total `A_local + sum_p A_p_hat`. It reads the bulk keys (whole
+//!   rows in today's layout) to choose: the quality a channel-major copy of `r / d` of the
+//!   keys would give.
 //!
 //! The pages are left out in bins of `exp(x - max x)`, eight per octave (no sort): the
 //! bin where the budget runs out is kept whole, so a rule reads at most one bin more than a
@@ -26,7 +38,7 @@
 
 use qada_stats::{f16, BulkSummaries, PageBounds};
 
-use crate::attention::{exp_in_place, max_score, Elem};
+use crate::attention::{exp_in_place, max_score, scores, Elem};
 use crate::criteria::bound::{checked_pages, F32_ROUNDING};
 use crate::lse::lse;
 use crate::selection::{GroupRead, PageSelection, SelectScratch};
@@ -45,6 +57,11 @@ pub enum PageRule {
     Certified,
     /// Quest: the `k` pages of largest bound.
     TopK(usize),
+    /// Top-p over each page's exact mass, from every bulk key (a ceiling, not a saving).
+    Exact,
+    /// Top-p over each page's mass from the keys' scores in the group's `r` channels of
+    /// largest `|q| max |k|`, the rest of the page as its diagonal Gaussian.
+    Channels(usize),
 }
 
 /// A gate criterion, then page selection for the groups it calls long-context.
@@ -57,12 +74,15 @@ pub struct Pages<C> {
 }
 
 impl PageRule {
-    /// The criterion's name with this rule: `pages`, `certified` or `quest`.
+    /// The criterion's name with this rule: `pages`, `certified`, `quest` or
+    /// `pages-oracle`.
     pub fn name(self) -> &'static str {
         match self {
             PageRule::Estimate => "pages",
             PageRule::Certified => "certified",
             PageRule::TopK(_) => "quest",
+            PageRule::Exact => "pages-oracle",
+            PageRule::Channels(_) => "channels",
         }
     }
 }
@@ -77,6 +97,13 @@ impl<C: LocalityCriterion> Pages<C> {
         if page == 0 {
             return Err(CoreError::InvalidParameter {
                 what: "the page size of page selection (keys per page)",
+                expected: "at least 1",
+                found: 0.0,
+            });
+        }
+        if rule == PageRule::Channels(0) {
+            return Err(CoreError::InvalidParameter {
+                what: "the channels page selection scores keys with",
                 expected: "at least 1",
                 found: 0.0,
             });
@@ -211,24 +238,52 @@ fn select_pages(
     s.queries.clear();
     s.queries_abs.clear();
     s.queries2.clear();
+    s.queries_sparse.clear();
+    if let PageRule::Channels(r) = rule {
+        group_channels(inputs, long, pages.channel_abs_maxima(), r, &mut s.channel);
+    }
     for (j, input) in inputs.iter().enumerate() {
         if long & (1 << j) == 0 {
             continue;
         }
-        s.queries.extend_from_slice(input.query);
-        s.queries_abs.extend(input.query.iter().map(|q| q.abs()));
-        if rule == PageRule::Estimate {
-            s.queries2.extend(input.query.iter().map(|q| q * q));
+        match rule {
+            PageRule::Channels(_) => {
+                // the channels' part of the query scores the keys, the rest the page means
+                // and variances
+                let at = s.queries.len();
+                s.queries_sparse.resize(at + d, 0.0);
+                s.queries.extend_from_slice(input.query);
+                for &c in &s.channel {
+                    let c = c as usize;
+                    s.queries_sparse[at + c] = input.query[c];
+                    s.queries[at + c] = 0.0;
+                }
+                let rest = &s.queries[at..];
+                s.queries2.extend(rest.iter().map(|q| q * q));
+            }
+            _ => {
+                s.queries.extend_from_slice(input.query);
+                s.queries_abs.extend(input.query.iter().map(|q| q.abs()));
+                if rule == PageRule::Estimate {
+                    s.queries2.extend(input.query.iter().map(|q| q * q));
+                }
+            }
         }
     }
     for v in [&mut s.a, &mut s.b, &mut s.c, &mut s.e] {
         v.resize(n_long * n_pages, 0.0);
     }
-    // block products: each summary row read once for all long heads. The bound (every rule)
-    // from centers and radii; the estimate also from means and variances.
-    f16::block_scores(&s.queries, pages.centers(), d, scale, &mut s.a)?;
-    f16::block_scores(&s.queries_abs, pages.radii(), d, scale.abs(), &mut s.b)?;
-    if rule == PageRule::Estimate {
+    // block products: each summary row read once for all long heads. The bound from centers
+    // and radii (all rules but the exact one and the channels'); the Gaussian estimate from
+    // means and variances (the estimate, and the channels' rest).
+    if matches!(
+        rule,
+        PageRule::Estimate | PageRule::Certified | PageRule::TopK(_)
+    ) {
+        f16::block_scores(&s.queries, pages.centers(), d, scale, &mut s.a)?;
+        f16::block_scores(&s.queries_abs, pages.radii(), d, scale.abs(), &mut s.b)?;
+    }
+    if matches!(rule, PageRule::Estimate | PageRule::Channels(_)) {
         f16::block_scores(&s.queries, pages.means(), d, scale, &mut s.c)?;
         let half_sq = 0.5 * scale * scale;
         f16::block_scores(&s.queries2, pages.variances(), d, half_sq, &mut s.e)?;
@@ -287,6 +342,31 @@ fn select_pages(
                 let keep = budget_threshold(order, mass, Some(lower), log_local, tau);
                 mark(&mut s.chosen, order, keep, bit);
             }
+            PageRule::Exact | PageRule::Channels(_) => {
+                // every bulk key's score (exact, or from the group's channels, the rest of
+                // each page as its diagonal Gaussian), summed per page in the log domain
+                s.scores.resize(input.bulk_len, 0.0);
+                let q = if rule == PageRule::Exact {
+                    input.query
+                } else {
+                    &s.queries_sparse[(k - 1) * d..k * d]
+                };
+                scores(q, input.bulk_keys, scale, &mut s.scores);
+                for (p, m) in mass.iter_mut().enumerate() {
+                    let r0 = p * pages.page_size();
+                    let r1 = (r0 + pages.page_size()).min(input.bulk_len);
+                    *m = lse(&s.scores[r0..r1]) as f32;
+                }
+                if rule != PageRule::Exact {
+                    let (c, e) = (&s.c[at.clone()], &s.e[at]);
+                    for (p, m) in mass.iter_mut().enumerate() {
+                        *m += c[p] + e[p];
+                    }
+                }
+                order.copy_from_slice(mass);
+                let keep = budget_threshold(order, mass, None, log_local, tau);
+                mark(&mut s.chosen, order, keep, bit);
+            }
             PageRule::TopK(top) => {
                 if top >= n_pages {
                     s.chosen.iter_mut().for_each(|c| *c |= bit);
@@ -308,11 +388,26 @@ fn select_pages(
             }
         }
     }
-    let rows = if rule == PageRule::Estimate { 4 } else { 2 };
-    selection.add_cost(
-        (rows * 2 * d * n_pages) as u64,
-        (rows * 2 * d * n_pages * n_long) as u64,
-    );
+    // bytes and FLOPs of the summary rows each page gives (f16, all long heads at once), and
+    // of the bulk keys the exact and channel rules score (row-major: whole rows are read)
+    let t = inputs[0].bulk_len;
+    let (rows, keys) = match rule {
+        PageRule::Estimate => (4, false),
+        PageRule::Certified | PageRule::TopK(_) => (2, false),
+        PageRule::Channels(_) => (2, true),
+        PageRule::Exact => (0, true),
+    };
+    let mut bytes = (rows * 2 * d * n_pages) as u64;
+    let mut flops = (rows * 2 * d * n_pages * n_long) as u64;
+    if keys {
+        flops += (2 * d * t * n_long) as u64;
+        // as for the oracle's decision, the exact rule's keys are not counted: its bytes are
+        // those of the pages it chooses, what a free and perfect estimate would read
+        if rule != PageRule::Exact {
+            bytes += inputs[0].bulk_keys.bytes() as u64;
+        }
+    }
+    selection.add_cost(bytes, flops);
     let mut all = true;
     let mut reading = 0u64;
     for p in 0..n_pages {
@@ -334,6 +429,42 @@ fn select_pages(
     } else {
         GroupRead::Selected
     })
+}
+
+/// The `r` channels (at most `d`) a group's long heads score the bulk keys with: those of
+/// largest `(sum_h |q_hj|) max_i |k_ij|`, how far channel `j` can move the group's scores.
+/// One set for the group, so that a layout by channel would read each channel once.
+fn group_channels(
+    inputs: &[HeadInput<'_>],
+    long: u64,
+    channel_max: &[f32],
+    r: usize,
+    out: &mut Vec<u32>,
+) {
+    let d = channel_max.len();
+    let weight = |c: u32| -> f32 {
+        let c = c as usize;
+        let q: f32 = inputs
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| long & (1 << j) != 0)
+            .map(|(_, i)| i.query[c].abs())
+            .sum();
+        // NaN first: a NaN channel is always scored exactly
+        let w = q * channel_max[c];
+        if w.is_nan() {
+            f32::INFINITY
+        } else {
+            w
+        }
+    };
+    out.clear();
+    out.extend(0..d as u32);
+    let r = r.min(d);
+    if r < d {
+        out.select_nth_unstable_by(r - 1, |x, y| weight(*y).total_cmp(&weight(*x)));
+        out.truncate(r);
+    }
 }
 
 /// `ln A_bulk` as the gate estimated it, from its log local share `r` and `ln A_local`:

@@ -68,6 +68,7 @@ def decide(
     clusters: int = 4,
     margin: float = 1.0,
     quest_tokens: int = 1024,
+    channels: int = 8,
 ) -> Decisions:
     """Decide whether attention heads are local.
 
@@ -75,9 +76,11 @@ def decide(
     then the window; bulk_keys: (T_bulk, d); moments: KeyMoments of the bulk (approx only);
     scale defaults to 1 / sqrt(d). pages (QAdA's gate, then the pages holding all but 1 - tau
     of the estimated mass), certified (pages until their bounds prove the rest below 1 - tau)
-    and quest (quest_tokens of pages of largest bound) decide the heads as one GQA group and
-    return the pages each reads (Decisions.pages). oracle, bound, mixture, hybrid and the
-    three page criteria need bulk_keys; approx
+    quest (quest_tokens of pages of largest bound), channels (pages by key scores from the
+    `channels` channels of largest |q| max |k|, the rest of each page as its Gaussian) and
+    pages-oracle (pages by their exact mass: the ceiling) decide the heads as one GQA group
+    and return the pages each reads (Decisions.pages). oracle, bound, mixture, hybrid and the
+    page criteria need bulk_keys; approx
     needs bulk_keys or moments. Raises ValueError naming the argument on wrong shapes, an
     unknown criterion, tau outside (0, 1) or a missing bulk.
     """
@@ -195,7 +198,9 @@ class Model:
     ) -> dict[str, Any]:
         """The per-head report of `qada analyze`: oracle_local, approx_local, agreement
         (layers x heads), per-layer fractions, accuracy, recall_long, precision_long, counts,
-        and the raw probes (layer, head, bulk_len, log_local, log_bulk, log_bulk_hat)."""
+        the exact share of the softmax mass the criterion's reads leave out (missed_share_mean,
+        missed_share_max, frac_over_budget, per_layer_missed_share), and the raw probes
+        (layer, head, bulk_len, log_local, log_bulk, log_bulk_hat, log_missed)."""
     def session(
         self,
         criterion: str = "dense",

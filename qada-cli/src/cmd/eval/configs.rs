@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use qada_core::criteria::by_name::DEFAULT_CHANNELS;
 use qada_core::criteria::pages::DEFAULT_SELECT_PAGE;
 use qada_core::criteria::{bound::DEFAULT_PAGE, hybrid::DEFAULT_MARGIN, mixture::DEFAULT_CLUSTERS};
 use qada_core::{
@@ -30,6 +31,8 @@ pub const METHODS: &[&str] = &[
     "pages",
     "certified",
     "quest",
+    "pages-oracle",
+    "channels",
 ];
 
 /// Bulk tokens per head the `quest` method sweeps (its paper's budgets).
@@ -120,6 +123,18 @@ pub fn configs(
                 for &t in taus {
                     let c = Pages::new(Approx::new(t)?, t, DEFAULT_SELECT_PAGE, rule)?;
                     base.push((m, Arc::new(c), Some(t), false));
+                }
+            }
+            "pages-oracle" | "channels" => {
+                for &t in taus {
+                    let c: Arc<dyn LocalityCriterion> = if m == "channels" {
+                        let rule = PageRule::Channels(DEFAULT_CHANNELS);
+                        Arc::new(Pages::new(Approx::new(t)?, t, DEFAULT_SELECT_PAGE, rule)?)
+                    } else {
+                        let rule = PageRule::Exact;
+                        Arc::new(Pages::new(Oracle::new(t)?, t, DEFAULT_SELECT_PAGE, rule)?)
+                    };
+                    base.push((m, c, Some(t), false));
                 }
             }
             "quest" => {
