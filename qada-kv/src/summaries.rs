@@ -45,6 +45,9 @@ impl KvCache {
             let rows = store.keys.rows().slice(bulk.start, bulk.end, d);
             if let Some(page) = want.page {
                 let mut p = PageBounds::new(d, page)?;
+                if want.channel_keys {
+                    p.keep_channel_keys()?;
+                }
                 // room for the whole capacity, so that decoding never grows it (pages of
                 // fewer than 8 keys grow as they fill: 6 rows of summaries per page)
                 if page >= 8 {

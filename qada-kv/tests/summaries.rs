@@ -100,6 +100,9 @@ fn check(c: &KvCache, want: BulkSummaries, prefill_done: bool) -> Result<(), Tes
             match (want.page, v.bulk_pages()) {
                 (Some(page), Some(p)) => {
                     let mut direct = PageBounds::new(v.dim(), page).unwrap();
+                    if want.channel_keys {
+                        direct.keep_channel_keys().unwrap();
+                    }
                     direct.push_rows_of(bulk.keys).unwrap();
                     prop_assert_eq!(p, &direct, "layer {} head {}", layer, h);
                 }
@@ -156,8 +159,13 @@ fn moments_close(a: &KeyMoments, b: &KeyMoments) -> Result<(), TestCaseError> {
 }
 
 fn wanted() -> impl Strategy<Value = BulkSummaries> {
-    (prop::option::of(1usize..12), prop::option::of(1usize..5))
-        .prop_map(|(page, clusters)| BulkSummaries { page, clusters })
+    (prop::option::of(1usize..12), prop::option::of(1usize..5)).prop_map(|(page, clusters)| {
+        BulkSummaries {
+            page,
+            clusters,
+            channel_keys: page.is_some(),
+        }
+    })
 }
 
 proptest! {
@@ -238,7 +246,7 @@ proptest! {
     ) {
         let (dtype, d) = dtype_and_dim(which);
         let mut c = cache(dtype, d, 1, sink, sink + extra, false, false);
-        let want = BulkSummaries { page: Some(page), clusters: Some(k) };
+        let want = BulkSummaries { page: Some(page), clusters: Some(k), channel_keys: true };
         c.set_bulk_summaries(want).unwrap();
         append(&mut c, prompt, 0.0);
         c.finish_prefill().unwrap();
@@ -249,7 +257,7 @@ proptest! {
         c.set_bulk_summaries(want).unwrap();
         prop_assert_eq!(summaries(&c), before);
 
-        let other = BulkSummaries { page: Some(page + 1), clusters: Some(k) };
+        let other = BulkSummaries { page: Some(page + 1), clusters: Some(k), channel_keys: true };
         c.set_bulk_summaries(other).unwrap();
         check(&c, other, true)?;
         for layer in 0..2 {
@@ -269,6 +277,7 @@ fn sliding_layers_keep_no_summaries_and_clear_empties_them() {
     c.set_bulk_summaries(BulkSummaries {
         page: Some(4),
         clusters: Some(2),
+        channel_keys: true,
     })
     .unwrap();
     append(&mut c, 40, 0.0);
@@ -289,6 +298,7 @@ fn sliding_layers_keep_no_summaries_and_clear_empties_them() {
     c.finish_prefill().unwrap();
     let v = c.head(0, 0).unwrap();
     let mut direct = PageBounds::new(D_F32, 4).unwrap();
+    direct.keep_channel_keys().unwrap();
     direct.push_rows_of(v.bulk().keys).unwrap();
     assert_eq!(v.bulk_pages(), Some(&direct));
     assert_eq!(v.bulk_clusters().unwrap().count(), 14);

@@ -41,6 +41,8 @@ pub struct PageBounds {
     abs_max: Vec<f32>,
     /// Per channel, the largest `|k_j|` over every key held (`dim`).
     channel_abs_max: Vec<f32>,
+    /// When kept: per channel `j`, `k_ij` of every key `i` held, in f16 (`dim` columns).
+    channel_keys: Option<Vec<Vec<f16>>>,
     /// The open (last) page's per-channel sums of `k` and `k^2`, in f64.
     sum: Vec<f64>,
     sum_sq: Vec<f64>,
@@ -68,6 +70,7 @@ impl PageBounds {
             var: Vec::new(),
             abs_max: Vec::new(),
             channel_abs_max: vec![0.0; dim],
+            channel_keys: None,
             sum: vec![0.0; dim],
             sum_sq: vec![0.0; dim],
         })
@@ -77,8 +80,36 @@ impl PageBounds {
     /// [`PageBounds::centers`]).
     pub const F16_ROUNDING: f64 = 1.0 / 2048.0;
 
+    /// Keep a copy of the keys by channel from now on ([`PageBounds::channel_keys`]); only
+    /// while empty.
+    ///
+    /// # Errors
+    /// [`StatsError::ShapeMismatch`] when keys are already held.
+    pub fn keep_channel_keys(&mut self) -> Result<()> {
+        if self.rows > 0 {
+            return Err(StatsError::ShapeMismatch {
+                what: "page bounds asked to copy keys by channel (only while empty)",
+                expected: 0,
+                found: self.rows,
+            });
+        }
+        self.channel_keys = Some(vec![Vec::new(); self.dim]);
+        Ok(())
+    }
+    /// Channel `j` of every key held, in f16 (`n_rows` values), when the copy is kept: a
+    /// score from a few channels, `sum_{j in R} q_j k_ij`, reads `|R| n_rows` values instead
+    /// of `d n_rows`.
+    pub fn channel_keys(&self, j: usize) -> Option<&[f16]> {
+        self.channel_keys.as_ref()?.get(j).map(Vec::as_slice)
+    }
+
     /// Room for `rows` keys in all, so that adding them allocates nothing.
     pub fn reserve(&mut self, rows: usize) {
+        if let Some(cols) = &mut self.channel_keys {
+            for c in cols {
+                c.reserve(rows.saturating_sub(c.len()));
+            }
+        }
         let more = rows.saturating_sub(self.rows).div_ceil(self.page) * self.dim;
         for v in [&mut self.min, &mut self.max] {
             v.reserve(more);
@@ -170,6 +201,9 @@ impl PageBounds {
         }
         self.abs_max.clear();
         self.channel_abs_max.iter_mut().for_each(|x| *x = 0.0);
+        if let Some(cols) = &mut self.channel_keys {
+            cols.iter_mut().for_each(Vec::clear);
+        }
         self.sum.iter_mut().for_each(|x| *x = 0.0);
         self.sum_sq.iter_mut().for_each(|x| *x = 0.0);
     }
@@ -207,6 +241,11 @@ impl PageBounds {
         }
         self.rows += 1;
         self.refresh_last_page(key);
+        if let Some(cols) = &mut self.channel_keys {
+            for (c, &k) in cols.iter_mut().zip(key) {
+                c.push(f16::from_f32(k));
+            }
+        }
         Ok(())
     }
 

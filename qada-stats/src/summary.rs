@@ -1,5 +1,6 @@
 //! What a criterion asks the cache to keep about the bulk keys besides their moments: page
-//! bounds ([`crate::PageBounds`]) and cluster moments ([`crate::ClusterMoments`]).
+//! bounds ([`crate::PageBounds`], optionally with a copy of the keys by channel) and cluster
+//! moments ([`crate::ClusterMoments`]).
 
 /// Summaries of the bulk a criterion reads; the default is none (the moments only).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -8,6 +9,9 @@ pub struct BulkSummaries {
     pub page: Option<usize>,
     /// Cluster moments with at most this many clusters.
     pub clusters: Option<usize>,
+    /// With the page bounds, a copy of the bulk keys by channel
+    /// ([`crate::PageBounds::channel_keys`]).
+    pub channel_keys: bool,
 }
 
 impl BulkSummaries {
@@ -23,6 +27,7 @@ impl BulkSummaries {
         BulkSummaries {
             page: pick(self.page, other.page, usize::min),
             clusters: pick(self.clusters, other.clusters, usize::max),
+            channel_keys: self.channel_keys || other.channel_keys,
         }
     }
 }

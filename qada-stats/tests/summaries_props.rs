@@ -67,6 +67,15 @@ proptest! {
             let m = rows.iter().fold(0.0f32, |a, k| a.max(k[j].abs()));
             prop_assert_eq!(b.channel_abs_maxima()[j], m, "channel {}", j);
         }
+        // the copy by channel, kept from the start, equals the keys rounded to f16
+        let mut c = PageBounds::new(d, page).unwrap();
+        c.keep_channel_keys().unwrap();
+        c.push_rows_of(Rows::F32(&keys)).unwrap();
+        prop_assert!(b.channel_keys(0).is_none() && c.keep_channel_keys().is_err() != rows.is_empty());
+        for j in 0..d {
+            let col: Vec<f16> = rows.iter().map(|k| f16::from_f32(k[j])).collect();
+            prop_assert_eq!(c.channel_keys(j).unwrap(), &col[..], "channel {}", j);
+        }
     }
 
     #[test]

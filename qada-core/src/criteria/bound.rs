@@ -168,6 +168,7 @@ impl LocalityCriterion for Bound {
         BulkSummaries {
             page: Some(self.page),
             clusters: None,
+            channel_keys: false,
         }
     }
 }

@@ -141,6 +141,7 @@ impl LocalityCriterion for Mixture {
         BulkSummaries {
             page: None,
             clusters: Some(self.k),
+            channel_keys: false,
         }
     }
 }

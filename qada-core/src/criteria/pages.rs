@@ -26,9 +26,9 @@
 //!   `(sum_h |q_hj|) max |k_j|` (one set per group; Double Sparsity's label channels, chosen
 //!   per query), each page's other channels as its diagonal Gaussian:
 //!   `ln A_p_hat = lse_{i in p}(scale q_R . k_iR) + scale q_R' . mu_p + scale^2 q_R'^2 . v_p / 2`;
-//!   top-p by it against the total `A_local + sum_p A_p_hat`. It reads the bulk keys (whole
-//!   rows in today's layout) to choose: the quality a channel-major copy of `r / d` of the
-//!   keys would give.
+//!   top-p by it against the total `A_local + sum_p A_p_hat`. It reads `r` columns of the
+//!   cache's copy of the bulk keys by channel (`r / d` of the keys' bytes; whole key rows
+//!   where no copy is kept).
 //!
 //! The pages are left out in bins of `exp(x - max x)`, eight per octave (no sort): the
 //! bin where the budget runs out is kept whole, so a rule reads at most one bin more than a
@@ -36,6 +36,7 @@
 //!
 //! The group reads the union of its long heads' pages; each head computes over its own.
 
+use half::slice::HalfFloatSliceExt;
 use qada_stats::{f16, BulkSummaries, PageBounds};
 
 use crate::attention::{exp_in_place, max_score, scores, Elem};
@@ -153,6 +154,7 @@ impl<C: LocalityCriterion> LocalityCriterion for Pages<C> {
     fn bulk_summaries(&self) -> BulkSummaries {
         BulkSummaries {
             page: Some(self.page),
+            channel_keys: matches!(self.rule, PageRule::Channels(_)),
             ..self.gate.bulk_summaries()
         }
     }
@@ -288,6 +290,22 @@ fn select_pages(
         let half_sq = 0.5 * scale * scale;
         f16::block_scores(&s.queries2, pages.variances(), d, half_sq, &mut s.e)?;
     }
+    // the channel rule's scores of every long head at once, from the copy by channel when
+    // the cache keeps one (each chosen column read once for the group)
+    let by_channel = matches!(rule, PageRule::Channels(_))
+        && s.channel
+            .iter()
+            .all(|&c| pages.channel_keys(c as usize).is_some());
+    if by_channel {
+        channel_scores(
+            pages,
+            &s.channel,
+            &s.queries_sparse,
+            d,
+            scale,
+            &mut s.scores,
+        );
+    }
     s.chosen.clear();
     s.chosen.resize(n_pages, 0);
     for v in [&mut s.w_order, &mut s.w_mass, &mut s.w_lower] {
@@ -345,17 +363,24 @@ fn select_pages(
             PageRule::Exact | PageRule::Channels(_) => {
                 // every bulk key's score (exact, or from the group's channels, the rest of
                 // each page as its diagonal Gaussian), summed per page in the log domain
-                s.scores.resize(input.bulk_len, 0.0);
-                let q = if rule == PageRule::Exact {
-                    input.query
+                let t = input.bulk_len;
+                let head_scores = if by_channel {
+                    // every long head's scores, from the copy by channel, above
+                    &s.scores[(k - 1) * t..k * t]
                 } else {
-                    &s.queries_sparse[(k - 1) * d..k * d]
+                    s.scores.resize(t, 0.0);
+                    let q = if rule == PageRule::Exact {
+                        input.query
+                    } else {
+                        &s.queries_sparse[(k - 1) * d..k * d]
+                    };
+                    scores(q, input.bulk_keys, scale, &mut s.scores);
+                    &s.scores[..t]
                 };
-                scores(q, input.bulk_keys, scale, &mut s.scores);
                 for (p, m) in mass.iter_mut().enumerate() {
                     let r0 = p * pages.page_size();
-                    let r1 = (r0 + pages.page_size()).min(input.bulk_len);
-                    *m = lse(&s.scores[r0..r1]) as f32;
+                    let r1 = (r0 + pages.page_size()).min(t);
+                    *m = lse(&head_scores[r0..r1]) as f32;
                 }
                 if rule != PageRule::Exact {
                     let (c, e) = (&s.c[at.clone()], &s.e[at]);
@@ -399,7 +424,12 @@ fn select_pages(
     };
     let mut bytes = (rows * 2 * d * n_pages) as u64;
     let mut flops = (rows * 2 * d * n_pages * n_long) as u64;
-    if keys {
+    if by_channel {
+        // the chosen columns, f16
+        let r = selection.scratch.channel.len();
+        bytes += (2 * r * t) as u64;
+        flops += (2 * r * t * n_long) as u64;
+    } else if keys {
         flops += (2 * d * t * n_long) as u64;
         // as for the oracle's decision, the exact rule's keys are not counted: its bytes are
         // those of the pages it chooses, what a free and perfect estimate would read
@@ -429,6 +459,42 @@ fn select_pages(
     } else {
         GroupRead::Selected
     })
+}
+
+/// `scores[h T + i] = scale sum_{c in channels} q_hc k_ic` for the long heads `h` (rows of
+/// `queries`, `d` wide) and the bulk keys `i < T`, from the page bounds' copy by channel
+/// (every channel of `channels` must be kept): each column is converted from f16 once, in
+/// blocks, for all heads.
+fn channel_scores(
+    pages: &PageBounds,
+    channels: &[u32],
+    queries: &[f32],
+    d: usize,
+    scale: f32,
+    out: &mut Vec<f32>,
+) {
+    const BLOCK: usize = 256;
+    let t = pages.n_rows();
+    let n = queries.len() / d;
+    out.clear();
+    out.resize(n * t, 0.0);
+    let mut buf = [0.0f32; BLOCK];
+    for &c in channels {
+        let Some(col) = pages.channel_keys(c as usize) else {
+            continue;
+        };
+        for (b, block) in col.chunks(BLOCK).enumerate() {
+            let k = &mut buf[..block.len()];
+            block.convert_to_f32_slice(k);
+            for h in 0..n {
+                let w = scale * queries[h * d + c as usize];
+                let o = &mut out[h * t + b * BLOCK..h * t + b * BLOCK + block.len()];
+                for (o, &k) in o.iter_mut().zip(k.iter()) {
+                    *o += w * k;
+                }
+            }
+        }
+    }
 }
 
 /// The `r` channels (at most `d`) a group's long heads score the bulk keys with: those of
@@ -601,6 +667,47 @@ fn budget_threshold(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scores_by_channel_equal_the_rows_scores_on_those_channels() {
+        let (d, t) = (8, 600);
+        let mut x = 0x9e37_79b9_u32;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x as f32 / u32::MAX as f32) * 4.0 - 2.0
+        };
+        // keys exact in f16, so the copy holds them exactly
+        let keys: Vec<f32> = (0..t * d).map(|_| f16::from_f32(next()).to_f32()).collect();
+        let q: Vec<f32> = (0..2 * d).map(|_| next()).collect();
+        let mut pages = PageBounds::new(d, 32).unwrap();
+        pages.keep_channel_keys().unwrap();
+        pages.push_rows_of(qada_stats::Rows::F32(&keys)).unwrap();
+        let channels = [5u32, 0, 3];
+        let mut sparse = vec![0.0; 2 * d];
+        for h in 0..2 {
+            for &c in &channels {
+                sparse[h * d + c as usize] = q[h * d + c as usize];
+            }
+        }
+        let mut out = Vec::new();
+        channel_scores(&pages, &channels, &sparse, d, 0.5, &mut out);
+        assert_eq!(out.len(), 2 * t);
+        for h in 0..2 {
+            for i in 0..t {
+                let want: f32 = channels
+                    .iter()
+                    .map(|&c| 0.5 * q[h * d + c as usize] * keys[i * d + c as usize])
+                    .sum();
+                let got = out[h * t + i];
+                assert!(
+                    (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                    "{h} {i}: {got} vs {want}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn bins_grow_with_the_weight_and_clip() {
