@@ -366,7 +366,7 @@ fn select_pages(
                 let t = input.bulk_len;
                 let head_scores = if by_channel {
                     // every long head's scores, from the copy by channel, above
-                    &s.scores[(k - 1) * t..k * t]
+                    &mut s.scores[(k - 1) * t..k * t]
                 } else {
                     s.scores.resize(t, 0.0);
                     let q = if rule == PageRule::Exact {
@@ -375,12 +375,21 @@ fn select_pages(
                         &s.queries_sparse[(k - 1) * d..k * d]
                     };
                     scores(q, input.bulk_keys, scale, &mut s.scores);
-                    &s.scores[..t]
+                    &mut s.scores[..t]
                 };
-                for (p, m) in mass.iter_mut().enumerate() {
-                    let r0 = p * pages.page_size();
-                    let r1 = (r0 + pages.page_size()).min(t);
-                    *m = lse(&head_scores[r0..r1]) as f32;
+                // ln sum_{i in p} e^{s_i} = m + ln sum e^{s_i - m}, the exponentials in place
+                // (vectorized; a NaN score makes the page's mass NaN, and every page kept)
+                for (m, page) in mass
+                    .iter_mut()
+                    .zip(head_scores.chunks_mut(pages.page_size()))
+                {
+                    let top = max_score(page, f32::NEG_INFINITY);
+                    *m = if top == f32::NEG_INFINITY {
+                        // max_score skips NaN: a page of NaN alone stays NaN
+                        page.iter().copied().find(|x| x.is_nan()).unwrap_or(top)
+                    } else {
+                        top + exp_in_place(page, top).ln()
+                    };
                 }
                 if rule != PageRule::Exact {
                     let (c, e) = (&s.c[at.clone()], &s.e[at]);
