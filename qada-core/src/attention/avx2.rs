@@ -398,3 +398,27 @@ pub unsafe fn axpy(_: Avx2, acc: &mut [f32], w: f32, row: &[f16]) {
         i += 1;
     }
 }
+
+/// `y_i += w x_i` over the common prefix of `x` (f16) and `y` ([`super::axpy_f16`]).
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C (the token proves it). Any lengths: only the common
+/// prefix is read and written.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn axpy_f16(_: Avx2, w: f32, x: &[f16], y: &mut [f32]) {
+    let n = x.len().min(y.len());
+    let wv = _mm256_set1_ps(w);
+    let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
+    let mut i = 0;
+    // SAFETY: every load and store touches elements i..i + 8 with i + 8 <= n <= both lengths.
+    while i + 8 <= n {
+        let k = _mm256_cvtph_ps(_mm_loadu_si128(xp.add(i) as *const __m128i));
+        let o = _mm256_loadu_ps(yp.add(i));
+        _mm256_storeu_ps(yp.add(i), _mm256_fmadd_ps(wv, k, o));
+        i += 8;
+    }
+    for j in i..n {
+        // SAFETY: j < n, within both slices.
+        *yp.add(j) += w * (*xp.add(j)).to_f32();
+    }
+}

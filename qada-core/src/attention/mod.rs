@@ -26,7 +26,7 @@ mod segments;
 mod softmax;
 
 pub use elem::Elem;
-pub use exp::{exp_in_place, fast_exp, max_score};
+pub use exp::{axpy_f16, exp_in_place, fast_exp, max_score};
 pub use matmul::gemm_strided;
 pub use portable::dot;
 pub use prefill::{prefill_attention, PrefillHead, PrefillShape, TILE as PREFILL_TILE};

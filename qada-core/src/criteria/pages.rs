@@ -36,10 +36,9 @@
 //!
 //! The group reads the union of its long heads' pages; each head computes over its own.
 
-use half::slice::HalfFloatSliceExt;
 use qada_stats::{f16, BulkSummaries, PageBounds};
 
-use crate::attention::{exp_in_place, max_score, scores, Elem};
+use crate::attention::{axpy_f16, exp_in_place, max_score, scores, Elem};
 use crate::criteria::bound::{checked_pages, F32_ROUNDING};
 use crate::lse::lse;
 use crate::selection::{GroupRead, PageSelection, SelectScratch};
@@ -472,8 +471,7 @@ fn select_pages(
 
 /// `scores[h T + i] = scale sum_{c in channels} q_hc k_ic` for the long heads `h` (rows of
 /// `queries`, `d` wide) and the bulk keys `i < T`, from the page bounds' copy by channel
-/// (every channel of `channels` must be kept): each column is converted from f16 once, in
-/// blocks, for all heads.
+/// (channels without a copy are skipped): one f16 column added into each head's scores.
 fn channel_scores(
     pages: &PageBounds,
     channels: &[u32],
@@ -482,26 +480,16 @@ fn channel_scores(
     scale: f32,
     out: &mut Vec<f32>,
 ) {
-    const BLOCK: usize = 256;
     let t = pages.n_rows();
     let n = queries.len() / d;
     out.clear();
     out.resize(n * t, 0.0);
-    let mut buf = [0.0f32; BLOCK];
     for &c in channels {
         let Some(col) = pages.channel_keys(c as usize) else {
             continue;
         };
-        for (b, block) in col.chunks(BLOCK).enumerate() {
-            let k = &mut buf[..block.len()];
-            block.convert_to_f32_slice(k);
-            for h in 0..n {
-                let w = scale * queries[h * d + c as usize];
-                let o = &mut out[h * t + b * BLOCK..h * t + b * BLOCK + block.len()];
-                for (o, &k) in o.iter_mut().zip(k.iter()) {
-                    *o += w * k;
-                }
-            }
+        for (h, o) in out.chunks_exact_mut(t).enumerate() {
+            axpy_f16(scale * queries[h * d + c as usize], col, o);
         }
     }
 }
