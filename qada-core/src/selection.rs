@@ -89,8 +89,17 @@ impl PageSelection {
         }
         s.chosen.reserve(max_pages);
         s.order.reserve(max_pages);
+        s.queries_sparse.reserve(group * d);
+        s.channel.reserve(d);
         self.pages.reserve(max_pages);
         self.masks.reserve(max_pages);
+    }
+
+    /// Room for the scores of `group` heads over `rows` bulk keys, so that the rules that
+    /// score every key (exact, channels) allocate nothing while the bulk stays within it.
+    pub fn reserve_scores(&mut self, group: usize, rows: usize) {
+        let s = &mut self.scratch.scores;
+        s.reserve((group * rows).saturating_sub(s.len()));
     }
 
     /// Forget the pages; from now on pages hold `page` rows.

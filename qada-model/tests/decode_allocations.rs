@@ -126,7 +126,7 @@ fn decoding_steps_allocate_nothing_once_warm() {
             &[KvDtype::F16, KvDtype::Q8][..],
         ),
     ];
-    let criteria: [(&str, MakeCriterion); 5] = [
+    let criteria: [(&str, MakeCriterion); 6] = [
         ("dense", || Box::new(Dense)),
         ("approx", || Box::new(Approx::new(0.6).unwrap())),
         ("oracle", || Box::new(Oracle::new(0.6).unwrap())),
@@ -136,6 +136,10 @@ fn decoding_steps_allocate_nothing_once_warm() {
         }),
         ("quest", || {
             Box::new(Pages::new(Dense, 0.5, 16, PageRule::TopK(8)).unwrap())
+        }),
+        ("channels", || {
+            let gate = Approx::new(0.9).unwrap();
+            Box::new(Pages::new(gate, 0.9, 32, PageRule::Channels(8)).unwrap())
         }),
     ];
     for (model_name, path, dtypes) in models {
