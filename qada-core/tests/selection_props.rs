@@ -10,7 +10,7 @@ use proptest::prelude::*;
 use qada_core::analysis::probe_layer_with;
 use qada_core::{
     attend_layer, Accounting, Approx, Decision, DecisionCost, Dense, GroupRead, HeadInput,
-    LayerScratch, LocalityCriterion, PageRule, PageSelection, Pages, Result,
+    KvSegments, LayerScratch, LocalityCriterion, PageRule, PageSelection, Pages, Result,
 };
 use qada_stats::PageBounds;
 
@@ -108,6 +108,32 @@ fn pages_of(h: &Head, page: usize) -> PageBounds {
     b
 }
 
+/// A head mask per page from `seed` (xorshift; some pages for no head, some for all).
+fn seeded_masks(seed: u64, n_pages: usize, group: usize) -> Vec<u64> {
+    let mut x = seed | 1;
+    (0..n_pages)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x & ((1u64 << group) - 1)
+        })
+        .collect()
+}
+
+/// The heads' segments, each with its page summaries.
+fn segments_with<'a>(heads: &'a [Head], pages: &'a [PageBounds]) -> Vec<KvSegments<'a>> {
+    heads
+        .iter()
+        .zip(pages)
+        .map(|(h, p)| {
+            let mut s = h.segments();
+            s.bulk_pages = Some(p);
+            s
+        })
+        .collect()
+}
+
 proptest! {
     #[test]
     fn attention_over_selected_pages_is_dense_attention_restricted_to_them(
@@ -118,16 +144,7 @@ proptest! {
         let n_heads = heads.len() * group;
         let bulk = heads[0].segments().bulk_len();
         let n_pages = bulk.div_ceil(page);
-        // a mask per page from the seed (some pages for no head, some for all)
-        let mut x = seed | 1;
-        let masks: Vec<u64> = (0..n_pages)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x & ((1u64 << group) - 1)
-            })
-            .collect();
+        let masks = seeded_masks(seed, n_pages, group);
         let c = FixedPages { page, masks: masks.clone() };
         let kv: Vec<_> = heads.iter().map(|h| h.segments()).collect();
         let mut scratch = LayerScratch::new();
@@ -310,26 +327,10 @@ proptest! {
         let d = heads[0].d;
         let bulk = heads[0].segments().bulk_len();
         let n_pages = bulk.div_ceil(page);
-        let mut x = seed | 1;
-        let masks: Vec<u64> = (0..n_pages)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x & ((1u64 << group) - 1)
-            })
-            .collect();
+        let masks = seeded_masks(seed, n_pages, group);
         let scale = 1.0 / (d as f32).sqrt();
         let pages: Vec<PageBounds> = heads.iter().map(|h| pages_of(h, page)).collect();
-        let kv: Vec<_> = heads
-            .iter()
-            .zip(&pages)
-            .map(|(h, p)| {
-                let mut s = h.segments();
-                s.bulk_pages = Some(p);
-                s
-            })
-            .collect();
+        let kv = segments_with(&heads, &pages);
         // fixed pages: the missed mass is that of the rows of the pages not the head's
         let fixed = FixedPages { page, masks: masks.clone() };
         let probes = probe_layer_with(0, &q, &kv, scale, &fixed).unwrap();
@@ -368,15 +369,7 @@ proptest! {
         let q: Vec<f32> = q.iter().map(|x| x * spread).collect();
         let scale = 1.0 / (d as f32).sqrt();
         let pages: Vec<PageBounds> = heads.iter().map(|h| pages_of(h, page)).collect();
-        let kv: Vec<_> = heads
-            .iter()
-            .zip(&pages)
-            .map(|(h, p)| {
-                let mut s = h.segments();
-                s.bulk_pages = Some(p);
-                s
-            })
-            .collect();
+        let kv = segments_with(&heads, &pages);
         let t = qada_core::Tau::new(tau).unwrap();
         // the exact masses: what it leaves out is within 1 - tau (f32 scores, f32 weights)
         let exact = Pages::new(Dense, tau, page, PageRule::Exact).unwrap();

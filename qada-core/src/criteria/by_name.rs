@@ -93,30 +93,11 @@ pub fn by_name(name: &str, p: &CriterionParams) -> Result<Box<dyn LocalityCriter
         "bound" => Box::new(Bound::new(p.tau, p.page)?),
         "mixture" => Box::new(Mixture::new(p.tau, p.clusters)?),
         "hybrid" => Box::new(Hybrid::new(p.tau, p.margin, p.page)?),
-        "pages" => Box::new(Pages::new(
-            Approx::new(p.tau)?,
-            p.tau,
-            p.page,
-            PageRule::Estimate,
-        )?),
-        "certified" => Box::new(Pages::new(
-            Approx::new(p.tau)?,
-            p.tau,
-            p.page,
-            PageRule::Certified,
-        )?),
-        "pages-oracle" => Box::new(Pages::new(
-            Oracle::new(p.tau)?,
-            p.tau,
-            p.page,
-            PageRule::Exact,
-        )?),
-        "channels" => Box::new(Pages::new(
-            Approx::new(p.tau)?,
-            p.tau,
-            p.page,
-            PageRule::Channels(p.channels),
-        )?),
+        // QAdA's gate (the oracle's for the ceiling), then pages by the rule
+        "pages" => gated(Approx::new(p.tau)?, p, PageRule::Estimate)?,
+        "certified" => gated(Approx::new(p.tau)?, p, PageRule::Certified)?,
+        "channels" => gated(Approx::new(p.tau)?, p, PageRule::Channels(p.channels))?,
+        "pages-oracle" => gated(Oracle::new(p.tau)?, p, PageRule::Exact)?,
         "quest" => {
             if p.quest_tokens == 0 || p.page == 0 {
                 return Err(CoreError::InvalidParameter {
@@ -140,6 +121,15 @@ pub fn by_name(name: &str, p: &CriterionParams) -> Result<Box<dyn LocalityCriter
             })
         }
     })
+}
+
+/// `gate`, then pages of `p.page` keys chosen by `rule` at `p.tau`.
+fn gated<C: LocalityCriterion + 'static>(
+    gate: C,
+    p: &CriterionParams,
+    rule: PageRule,
+) -> Result<Box<dyn LocalityCriterion>> {
+    Ok(Box::new(Pages::new(gate, p.tau, p.page, rule)?))
 }
 
 #[cfg(test)]
