@@ -168,7 +168,7 @@ impl LayerScratch {
                 .map(|_| {
                     let mut s = PageSelection::new();
                     s.reserve(group, d, max_bulk.div_ceil(MIN_RESERVED_PAGE));
-                    s.reserve_scores(group, max_bulk);
+                    s.reserve_scores(max_bulk);
                     s
                 })
                 .collect(),

@@ -13,6 +13,10 @@
 
 use crate::{CoreError, Result};
 
+/// Pages of up to this many rows are scored by channel without allocating (larger ones grow
+/// the tile once).
+const RESERVED_TILE_ROWS: usize = 128;
+
 /// What one KV group reads of its bulk at one step.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GroupRead {
@@ -61,8 +65,15 @@ pub(crate) struct SelectScratch {
     pub chosen: Vec<u64>,
     /// Page indices, for partial sorts.
     pub order: Vec<u32>,
-    /// One head's scores over the whole bulk (the exact and channel rules).
+    /// One head's scores over the whole bulk (the exact rule, and the channel rule without a
+    /// copy of the keys by channel).
     pub scores: Vec<f32>,
+    /// The channel rule: per head and page (`heads x pages`) the log mass of the channels'
+    /// scores; the heads' weights on the chosen channels (`heads x r`, `scale q_hc`); and the
+    /// tile one page's scores are summed in.
+    pub masses: Vec<f32>,
+    pub weights: Vec<f32>,
+    pub tile: Vec<f32>,
     /// The long heads' queries on the chosen channels (0 elsewhere), and the channels.
     pub queries_sparse: Vec<f32>,
     pub channel: Vec<u32>,
@@ -91,15 +102,19 @@ impl PageSelection {
         s.order.reserve(max_pages);
         s.queries_sparse.reserve(group * d);
         s.channel.reserve(d);
+        s.masses.reserve(group * max_pages);
+        s.weights.reserve(group * d);
+        s.tile.reserve(group * RESERVED_TILE_ROWS);
         self.pages.reserve(max_pages);
         self.masks.reserve(max_pages);
     }
 
-    /// Room for the scores of `group` heads over `rows` bulk keys, so that the rules that
-    /// score every key (exact, channels) allocate nothing while the bulk stays within it.
-    pub fn reserve_scores(&mut self, group: usize, rows: usize) {
+    /// Room for one head's scores over `rows` bulk keys, so that the rules that score every
+    /// key of a head (exact; channels without a copy by channel) allocate nothing while the
+    /// bulk stays within it.
+    pub fn reserve_scores(&mut self, rows: usize) {
         let s = &mut self.scratch.scores;
-        s.reserve((group * rows).saturating_sub(s.len()));
+        s.reserve(rows.saturating_sub(s.len()));
     }
 
     /// Forget the pages; from now on pages hold `page` rows.

@@ -13,6 +13,7 @@ use qada_stats::f16;
 use qada_stats::simd::x86::{hsum, hsum4};
 use qada_stats::simd::Avx2;
 
+use super::column_masses::COLUMNS_PER_PASS;
 use super::exp::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO};
 
 /// `q . row` over the common prefix of `q` and `row` ([`crate::attention::Elem::dot`]).
@@ -39,6 +40,37 @@ pub unsafe fn dot(_: Avx2, q: &[f32], row: &[f16]) -> f32 {
     total
 }
 
+/// `exp(x)` on 8 lanes: [`crate::attention::fast_exp`]'s reduction and polynomial with fused
+/// multiply-adds. Inputs below -87 (and -inf) give 0; a NaN lane gives `exp(-87)`.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C (register operations only).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn exp8(x: __m256) -> __m256 {
+    let lo = _mm256_set1_ps(EXP_FLOOR);
+    let xc = _mm256_max_ps(x, lo);
+    let n = _mm256_round_ps(
+        _mm256_mul_ps(xc, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+    );
+    let r = _mm256_fnmadd_ps(
+        n,
+        _mm256_set1_ps(LN2_LO),
+        _mm256_fnmadd_ps(n, _mm256_set1_ps(LN2_HI), xc),
+    );
+    let mut p = _mm256_set1_ps(EXP_TAYLOR[0]);
+    for &c in &EXP_TAYLOR[1..] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let bits = _mm256_add_epi32(
+        _mm256_castps_si256(p),
+        _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23),
+    );
+    // inputs below -87 (and -inf) give 0
+    _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), _mm256_castsi256_ps(bits))
+}
+
 /// [`crate::attention::exp_in_place`] on 8 lanes.
 ///
 /// # Safety
@@ -46,31 +78,7 @@ pub unsafe fn dot(_: Avx2, q: &[f32], row: &[f16]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn exp_in_place(_: Avx2, s: &mut [f32], m: f32) -> f32 {
     let mv = _mm256_set1_ps(m);
-    let lo = _mm256_set1_ps(EXP_FLOOR);
-    let (log2e, ln2_hi, ln2_lo) = (
-        _mm256_set1_ps(std::f32::consts::LOG2_E),
-        _mm256_set1_ps(LN2_HI),
-        _mm256_set1_ps(LN2_LO),
-    );
     let (mut sum0, mut sum1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let exp8 = |x: __m256| -> __m256 {
-        let xc = _mm256_max_ps(x, lo);
-        let n = _mm256_round_ps(
-            _mm256_mul_ps(xc, log2e),
-            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
-        );
-        let r = _mm256_fnmadd_ps(n, ln2_lo, _mm256_fnmadd_ps(n, ln2_hi, xc));
-        let mut p = _mm256_set1_ps(EXP_TAYLOR[0]);
-        for &c in &EXP_TAYLOR[1..] {
-            p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
-        }
-        let bits = _mm256_add_epi32(
-            _mm256_castps_si256(p),
-            _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23),
-        );
-        // inputs below -87 (and -inf) give 0
-        _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), _mm256_castsi256_ps(bits))
-    };
     // SAFETY: loads and stores at p + i .. p + i + 16 (or + 8) happen only while that end is
     // at most n = s.len(); the tail goes through a padded stack array.
     let p = s.as_mut_ptr();
@@ -399,26 +407,99 @@ pub unsafe fn axpy(_: Avx2, acc: &mut [f32], w: f32, row: &[f16]) {
     }
 }
 
-/// `y_i += w x_i` over the common prefix of `x` (f16) and `y` ([`super::axpy_f16`]).
+/// [`crate::attention::column_page_masses`] on 8 lanes: per page, the scores of every head
+/// into `tile` (columns added [`COLUMNS_PER_PASS`] at a time, each 8-row chunk of them
+/// converted once for all heads), then each head's maximum and exponentials in the tile.
 ///
 /// # Safety
-/// The CPU has AVX2, FMA and F16C (the token proves it). Any lengths: only the common
-/// prefix is read and written.
+/// The CPU has AVX2, FMA and F16C (the token proves it); `columns` is not empty and every
+/// column holds at least `t` values; `weights.len()` is a multiple of `columns.len()`
+/// (`heads` rows); `out` holds `heads x ceil(t / page)` values; `page >= 1`; `tile` holds
+/// `heads x stride` values with `stride` the page size rounded up to 8.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn axpy_f16(_: Avx2, w: f32, x: &[f16], y: &mut [f32]) {
-    let n = x.len().min(y.len());
-    let wv = _mm256_set1_ps(w);
-    let (xp, yp) = (x.as_ptr(), y.as_mut_ptr());
-    let mut i = 0;
-    // SAFETY: every load and store touches elements i..i + 8 with i + 8 <= n <= both lengths.
-    while i + 8 <= n {
-        let k = _mm256_cvtph_ps(_mm_loadu_si128(xp.add(i) as *const __m128i));
-        let o = _mm256_loadu_ps(yp.add(i));
-        _mm256_storeu_ps(yp.add(i), _mm256_fmadd_ps(wv, k, o));
-        i += 8;
-    }
-    for j in i..n {
-        // SAFETY: j < n, within both slices.
-        *yp.add(j) += w * (*xp.add(j)).to_f32();
+pub unsafe fn column_page_masses(
+    _: Avx2,
+    columns: &[&[f16]],
+    weights: &[f32],
+    t: usize,
+    page: usize,
+    tile: &mut [f32],
+    out: &mut [f32],
+) {
+    let r = columns.len();
+    let heads = weights.len() / r;
+    let n_pages = t.div_ceil(page);
+    let stride = page.div_ceil(8) * 8;
+    debug_assert!(tile.len() >= heads * stride && out.len() >= heads * n_pages);
+    let (tp, wp) = (tile.as_mut_ptr(), weights.as_ptr());
+    for p in 0..n_pages {
+        let start = p * page;
+        let len = page.min(t - start);
+        let full = len / 8 * 8;
+        for (pass, cols) in columns.chunks(COLUMNS_PER_PASS).enumerate() {
+            let c0 = pass * COLUMNS_PER_PASS;
+            // SAFETY: rows start + i + 8 <= start + len <= t of every column; weights
+            // h r + c0 + k < heads r; tile h stride + i + 8 <= heads stride (i + 8 <= len <=
+            // stride).
+            let mut i = 0;
+            while i < full {
+                let mut v = [_mm256_setzero_ps(); COLUMNS_PER_PASS];
+                for (x, col) in v.iter_mut().zip(cols) {
+                    *x = load_f16(col.as_ptr(), start + i);
+                }
+                for h in 0..heads {
+                    let dst = tp.add(h * stride + i);
+                    let mut acc = if pass == 0 {
+                        _mm256_setzero_ps()
+                    } else {
+                        _mm256_loadu_ps(dst)
+                    };
+                    for (k, x) in v.iter().enumerate().take(cols.len()) {
+                        let w = _mm256_broadcast_ss(&*wp.add(h * r + c0 + k));
+                        acc = _mm256_fmadd_ps(w, *x, acc);
+                    }
+                    _mm256_storeu_ps(dst, acc);
+                }
+                i += 8;
+            }
+            for i in full..len {
+                for h in 0..heads {
+                    let mut x = if pass == 0 { 0.0 } else { tile[h * stride + i] };
+                    for (k, col) in cols.iter().enumerate() {
+                        x += weights[h * r + c0 + k] * col[start + i].to_f32();
+                    }
+                    tile[h * stride + i] = x;
+                }
+            }
+        }
+        for h in 0..heads {
+            let row = &mut tile[h * stride..(h + 1) * stride];
+            row[len..].fill(f32::NEG_INFINITY);
+            // SAFETY: the loads read row[i..i + 8] with i + 8 <= stride = row.len().
+            let rp = row.as_ptr();
+            let mut top = _mm256_set1_ps(f32::NEG_INFINITY);
+            let mut i = 0;
+            while i < stride {
+                // NaN skipped: `max_ps(x, acc)` returns `acc` when `x` is NaN
+                top = _mm256_max_ps(_mm256_loadu_ps(rp.add(i)), top);
+                i += 8;
+            }
+            let mut lanes = [0.0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), top);
+            let m = lanes.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            out[h * n_pages + p] = if m == f32::NEG_INFINITY {
+                row[..len].iter().copied().find(|x| x.is_nan()).unwrap_or(m)
+            } else {
+                let mv = _mm256_set1_ps(m);
+                let mut sum = _mm256_setzero_ps();
+                let mut i = 0;
+                while i < stride {
+                    let x = _mm256_sub_ps(_mm256_loadu_ps(rp.add(i)), mv);
+                    sum = _mm256_add_ps(sum, exp8(x));
+                    i += 8;
+                }
+                m + hsum(sum).ln()
+            };
+        }
     }
 }

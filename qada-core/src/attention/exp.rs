@@ -87,20 +87,6 @@ pub fn max_score(s: &[f32], init: f32) -> f32 {
     s.iter().fold(init, |a, &b| a.max(b))
 }
 
-/// `y_i += w x_i` for f16 `x` over the common prefix of `x` and `y`: one column of keys
-/// stored by channel added into scores. AVX2/FMA/F16C where the CPU has it.
-pub fn axpy_f16(w: f32, x: &[qada_stats::f16], y: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(t) = Avx2::detect() {
-        // SAFETY: the token proves AVX2, FMA and F16C; the kernel touches the common prefix
-        // of `x` and `y` only.
-        return unsafe { super::avx2::axpy_f16(t, w, x, y) };
-    }
-    for (o, k) in y.iter_mut().zip(x) {
-        *o += w * k.to_f32();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

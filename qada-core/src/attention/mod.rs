@@ -3,6 +3,8 @@
 //! `o = softmax(s) V` with `s_i = scale * q . k_i`. One idea per module:
 //! - [`KvSegments`] (`segments`): one KV head's sink, bulk and window rows and bulk moments;
 //! - `exp`: [`fast_exp`], [`exp_in_place`], [`max_score`] and the constants of the reduction;
+//! - `column_masses`: [`column_page_masses`], per page the log mass of scores from keys stored
+//!   by column (the channel rule's scoring, the scores kept in a tile per page);
 //! - [`Elem`] (`elem`): f32, f16 and q8 rows ([`qada_stats::Q8Block`], read in place), the safe entry points that check shapes and choose a
 //!   kernel (the AVX2 one when [`qada_stats::simd::Avx2::detect`] gives a token);
 //! - `portable`, `avx2` and `avx2_q8` (q8 rows): the kernels themselves;
@@ -15,6 +17,7 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_q8;
+mod column_masses;
 mod elem;
 mod exp;
 mod matmul;
@@ -25,8 +28,9 @@ mod q8_props;
 mod segments;
 mod softmax;
 
+pub use column_masses::column_page_masses;
 pub use elem::Elem;
-pub use exp::{axpy_f16, exp_in_place, fast_exp, max_score};
+pub use exp::{exp_in_place, fast_exp, max_score};
 pub use matmul::gemm_strided;
 pub use portable::dot;
 pub use prefill::{prefill_attention, PrefillHead, PrefillShape, TILE as PREFILL_TILE};

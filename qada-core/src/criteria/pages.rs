@@ -38,7 +38,7 @@
 
 use qada_stats::{f16, BulkSummaries, PageBounds};
 
-use crate::attention::{axpy_f16, exp_in_place, max_score, scores, Elem};
+use crate::attention::{column_page_masses, exp_in_place, max_score, scores, Elem};
 use crate::criteria::bound::{checked_pages, F32_ROUNDING};
 use crate::lse::lse;
 use crate::selection::{GroupRead, PageSelection, SelectScratch};
@@ -289,21 +289,15 @@ fn select_pages(
         let half_sq = 0.5 * scale * scale;
         f16::block_scores(&s.queries2, pages.variances(), d, half_sq, &mut s.e)?;
     }
-    // the channel rule's scores of every long head at once, from the copy by channel when
-    // the cache keeps one (each chosen column read once for the group)
+    // the channel rule's page masses of every long head at once, from the copy by channel
+    // when the cache keeps one (each chosen column read once for the group, page by page)
     let by_channel = matches!(rule, PageRule::Channels(_))
+        && s.channel.len() <= MAX_COLUMNS
         && s.channel
             .iter()
             .all(|&c| pages.channel_keys(c as usize).is_some());
     if by_channel {
-        channel_scores(
-            pages,
-            &s.channel,
-            &s.queries_sparse,
-            d,
-            scale,
-            &mut s.scores,
-        );
+        channel_masses(pages, d, scale, n_long, s)?;
     }
     s.chosen.clear();
     s.chosen.resize(n_pages, 0);
@@ -362,11 +356,11 @@ fn select_pages(
             PageRule::Exact | PageRule::Channels(_) => {
                 // every bulk key's score (exact, or from the group's channels, the rest of
                 // each page as its diagonal Gaussian), summed per page in the log domain
-                let t = input.bulk_len;
-                let head_scores = if by_channel {
-                    // every long head's scores, from the copy by channel, above
-                    &mut s.scores[(k - 1) * t..k * t]
+                if by_channel {
+                    // every long head's masses, from the copy by channel, above
+                    mass.copy_from_slice(&s.masses[at.clone()]);
                 } else {
+                    let t = input.bulk_len;
                     s.scores.resize(t, 0.0);
                     let q = if rule == PageRule::Exact {
                         input.query
@@ -374,21 +368,21 @@ fn select_pages(
                         &s.queries_sparse[(k - 1) * d..k * d]
                     };
                     scores(q, input.bulk_keys, scale, &mut s.scores);
-                    &mut s.scores[..t]
-                };
-                // ln sum_{i in p} e^{s_i} = m + ln sum e^{s_i - m}, the exponentials in place
-                // (vectorized; a NaN score makes the page's mass NaN, and every page kept)
-                for (m, page) in mass
-                    .iter_mut()
-                    .zip(head_scores.chunks_mut(pages.page_size()))
-                {
-                    let top = max_score(page, f32::NEG_INFINITY);
-                    *m = if top == f32::NEG_INFINITY {
-                        // max_score skips NaN: a page of NaN alone stays NaN
-                        page.iter().copied().find(|x| x.is_nan()).unwrap_or(top)
-                    } else {
-                        top + exp_in_place(page, top).ln()
-                    };
+                    // ln sum_{i in p} e^{s_i} = m + ln sum e^{s_i - m}, the exponentials in
+                    // place (vectorized; a NaN score makes the page's mass NaN, and every
+                    // page kept)
+                    for (m, page) in mass
+                        .iter_mut()
+                        .zip(s.scores[..t].chunks_mut(pages.page_size()))
+                    {
+                        let top = max_score(page, f32::NEG_INFINITY);
+                        *m = if top == f32::NEG_INFINITY {
+                            // max_score skips NaN: a page of NaN alone stays NaN
+                            page.iter().copied().find(|x| x.is_nan()).unwrap_or(top)
+                        } else {
+                            top + exp_in_place(page, top).ln()
+                        };
+                    }
                 }
                 if rule != PageRule::Exact {
                     let (c, e) = (&s.c[at.clone()], &s.e[at]);
@@ -469,29 +463,42 @@ fn select_pages(
     })
 }
 
-/// `scores[h T + i] = scale sum_{c in channels} q_hc k_ic` for the long heads `h` (rows of
-/// `queries`, `d` wide) and the bulk keys `i < T`, from the page bounds' copy by channel
-/// (channels without a copy are skipped): one f16 column added into each head's scores.
-fn channel_scores(
+/// Most channels the channel rule scores from the copy by channel (a larger `r` scores each
+/// head's keys row by row): the column views live on the stack.
+const MAX_COLUMNS: usize = 512;
+
+/// `masses[h P + p] = ln sum_{i in p} exp(scale sum_{c in channels} q_hc k_ic)` for the long
+/// heads `h` (rows of `s.queries_sparse`, `d` wide) and the pages `p` of the bulk, from the
+/// page bounds' copy by channel ([`column_page_masses`]: every column read once, page by
+/// page, the scores never written out).
+fn channel_masses(
     pages: &PageBounds,
-    channels: &[u32],
-    queries: &[f32],
     d: usize,
     scale: f32,
-    out: &mut Vec<f32>,
-) {
-    let t = pages.n_rows();
-    let n = queries.len() / d;
-    out.clear();
-    out.resize(n * t, 0.0);
-    for &c in channels {
-        let Some(col) = pages.channel_keys(c as usize) else {
-            continue;
-        };
-        for (h, o) in out.chunks_exact_mut(t).enumerate() {
-            axpy_f16(scale * queries[h * d + c as usize], col, o);
-        }
+    n_long: usize,
+    s: &mut SelectScratch,
+) -> Result<()> {
+    let empty: &[f16] = &[];
+    let mut columns = [empty; MAX_COLUMNS];
+    let r = s.channel.len();
+    for (col, &c) in columns.iter_mut().zip(&s.channel) {
+        *col = pages.channel_keys(c as usize).unwrap_or(empty);
     }
+    s.weights.clear();
+    for h in 0..n_long {
+        let q = &s.queries_sparse[h * d..(h + 1) * d];
+        s.weights
+            .extend(s.channel.iter().map(|&c| scale * q[c as usize]));
+    }
+    s.masses.resize(n_long * pages.n_pages(), 0.0);
+    column_page_masses(
+        &columns[..r],
+        &s.weights,
+        pages.n_rows(),
+        pages.page_size(),
+        &mut s.tile,
+        &mut s.masses,
+    )
 }
 
 /// The `r` channels (at most `d`) a group's long heads score the bulk keys with: those of
@@ -666,7 +673,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scores_by_channel_equal_the_rows_scores_on_those_channels() {
+    fn masses_by_channel_equal_those_of_the_rows_scores_on_those_channels() {
         let (d, t) = (8, 600);
         let mut x = 0x9e37_79b9_u32;
         let mut next = || {
@@ -681,26 +688,35 @@ mod tests {
         let mut pages = PageBounds::new(d, 32).unwrap();
         pages.keep_channel_keys().unwrap();
         pages.push_rows_of(qada_stats::Rows::F32(&keys)).unwrap();
-        let channels = [5u32, 0, 3];
-        let mut sparse = vec![0.0; 2 * d];
+        let mut s = SelectScratch {
+            channel: vec![5u32, 0, 3],
+            queries_sparse: vec![0.0; 2 * d],
+            ..SelectScratch::default()
+        };
         for h in 0..2 {
-            for &c in &channels {
-                sparse[h * d + c as usize] = q[h * d + c as usize];
+            for &c in &s.channel {
+                s.queries_sparse[h * d + c as usize] = q[h * d + c as usize];
             }
         }
-        let mut out = Vec::new();
-        channel_scores(&pages, &channels, &sparse, d, 0.5, &mut out);
-        assert_eq!(out.len(), 2 * t);
+        channel_masses(&pages, d, 0.5, 2, &mut s).unwrap();
+        let n_pages = pages.n_pages();
+        assert_eq!((n_pages, s.masses.len()), (19, 2 * 19));
         for h in 0..2 {
-            for i in 0..t {
-                let want: f32 = channels
-                    .iter()
-                    .map(|&c| 0.5 * q[h * d + c as usize] * keys[i * d + c as usize])
-                    .sum();
-                let got = out[h * t + i];
+            for p in 0..n_pages {
+                let scores: Vec<f64> = (p * 32..t.min(p * 32 + 32))
+                    .map(|i| {
+                        [5usize, 0, 3]
+                            .iter()
+                            .map(|&c| 0.5 * q[h * d + c] as f64 * keys[i * d + c] as f64)
+                            .sum()
+                    })
+                    .collect();
+                let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let want = m + scores.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
+                let got = s.masses[h * n_pages + p] as f64;
                 assert!(
                     (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                    "{h} {i}: {got} vs {want}"
+                    "{h} {p}: {got} vs {want}"
                 );
             }
         }

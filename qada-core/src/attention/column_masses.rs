@@ -1,0 +1,227 @@
+//! Page masses from keys stored by column: the channel rule's scoring in one pass.
+//!
+//! For heads `h`, chosen key channels `c` with weights `w_hc = scale q_hc`, and pages `p` of
+//! `P` bulk rows,
+//!
+//! `M_hp = ln sum_{i in p} exp(s_hi)`, with `s_hi = sum_c w_hc k_ic`,
+//!
+//! computed page by page: a page's scores of every head live in a small tile (in L1), and its
+//! maximum and exponentials are taken there, so the `heads x T` scores are never written out
+//! and every column is read once for the group. `ln sum exp` is `m + ln sum exp(s - m)` with
+//! `m` the page's largest score. NaN scores are skipped by the maximum and contribute nothing
+//! to the sum, as [`super::max_score`] and [`super::exp_in_place`] treat them; a page whose
+//! scores are all NaN or `-inf` gets NaN when one of them is NaN (so it is always kept) and
+//! `-inf` otherwise.
+
+use qada_stats::f16;
+
+use super::exp::fast_exp;
+#[cfg(target_arch = "x86_64")]
+use qada_stats::simd::Avx2;
+
+use crate::{CoreError, Result};
+
+/// Most columns one pass of the kernel adds into the tile (more are added in further passes).
+pub(crate) const COLUMNS_PER_PASS: usize = 4;
+
+/// `out[h n_pages + p] = ln sum_{i in page p} exp(sum_c weights[h r + c] columns[c][i])`
+/// for the `heads = weights.len() / r` heads, the `r = columns.len()` columns and the pages
+/// of `page` rows of the first `t` rows (the last page may be shorter).
+///
+/// `tile` is scratch (`heads` times `page` rounded up to 8, f32), grown as needed and kept
+/// between calls so that a decoding step allocates nothing.
+///
+/// # Errors
+/// [`CoreError::DimensionMismatch`] when a column is shorter than `t`, `weights` is not
+/// `heads x r`, or `out` does not hold `heads x ceil(t / page)` values;
+/// [`CoreError::InvalidParameter`] for a page size of 0.
+pub fn column_page_masses(
+    columns: &[&[f16]],
+    weights: &[f32],
+    t: usize,
+    page: usize,
+    tile: &mut Vec<f32>,
+    out: &mut [f32],
+) -> Result<()> {
+    if page == 0 {
+        return Err(CoreError::InvalidParameter {
+            what: "rows per page of the column scores",
+            expected: "at least 1",
+            found: 0.0,
+        });
+    }
+    let r = columns.len();
+    let heads = if r == 0 { 0 } else { weights.len() / r };
+    if r == 0 || weights.len() != heads * r {
+        return Err(CoreError::DimensionMismatch {
+            what: "column weights (heads x columns)",
+            expected: heads.max(1) * r.max(1),
+            found: weights.len(),
+        });
+    }
+    if let Some(short) = columns.iter().find(|c| c.len() < t) {
+        return Err(CoreError::DimensionMismatch {
+            what: "rows of a key column",
+            expected: t,
+            found: short.len(),
+        });
+    }
+    let n_pages = t.div_ceil(page);
+    if out.len() != heads * n_pages {
+        return Err(CoreError::DimensionMismatch {
+            what: "page masses (heads x pages)",
+            expected: heads * n_pages,
+            found: out.len(),
+        });
+    }
+    let stride = page.div_ceil(8) * 8;
+    tile.resize(heads * stride, 0.0);
+    #[cfg(target_arch = "x86_64")]
+    if let Some(token) = Avx2::detect() {
+        // SAFETY: the token proves AVX2, FMA and F16C; the checks above give every column at
+        // least `t` rows, `weights` `heads x r`, `out` `heads x n_pages` and `tile`
+        // `heads x stride` with `stride` the page size rounded up to 8, the kernel's contract.
+        unsafe {
+            super::avx2::column_page_masses(token, columns, weights, t, page, tile, out);
+        }
+        return Ok(());
+    }
+    portable(columns, weights, t, page, tile, out);
+    Ok(())
+}
+
+/// The portable loop of [`column_page_masses`] (same checks done by the caller).
+fn portable(
+    columns: &[&[f16]],
+    weights: &[f32],
+    t: usize,
+    page: usize,
+    tile: &mut [f32],
+    out: &mut [f32],
+) {
+    let r = columns.len();
+    let heads = weights.len() / r;
+    let n_pages = t.div_ceil(page);
+    for p in 0..n_pages {
+        let rows = p * page..t.min((p + 1) * page);
+        let len = rows.len();
+        for h in 0..heads {
+            let s = &mut tile[h * len..(h + 1) * len];
+            s.iter_mut().for_each(|x| *x = 0.0);
+            for (c, col) in columns.iter().enumerate() {
+                let w = weights[h * r + c];
+                for (x, k) in s.iter_mut().zip(&col[rows.clone()]) {
+                    *x += w * k.to_f32();
+                }
+            }
+            out[h * n_pages + p] = log_sum_exp(s);
+        }
+    }
+}
+
+/// `ln sum exp(s_i)` as the module describes (NaN skipped unless nothing else is finite).
+pub(crate) fn log_sum_exp(s: &[f32]) -> f32 {
+    let top = s.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    if top == f32::NEG_INFINITY {
+        return s.iter().copied().find(|x| x.is_nan()).unwrap_or(top);
+    }
+    let sum: f32 = s
+        .iter()
+        .map(|&x| if x.is_nan() { 0.0 } else { fast_exp(x - top) })
+        .sum();
+    top + sum.ln()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reference(cols: &[Vec<f16>], w: &[f32], t: usize, page: usize) -> Vec<f64> {
+        let r = cols.len();
+        let heads = w.len() / r;
+        let n_pages = t.div_ceil(page);
+        let mut out = vec![0.0; heads * n_pages];
+        for h in 0..heads {
+            for p in 0..n_pages {
+                let s: Vec<f64> = (p * page..t.min((p + 1) * page))
+                    .map(|i| {
+                        (0..r)
+                            .map(|c| w[h * r + c] as f64 * cols[c][i].to_f64())
+                            .sum::<f64>()
+                    })
+                    .collect();
+                let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                out[h * n_pages + p] = m + s.iter().map(|x| (x - m).exp()).sum::<f64>().ln();
+            }
+        }
+        out
+    }
+
+    fn lcg(seed: &mut u64) -> f32 {
+        *seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    #[test]
+    fn masses_match_a_f64_recomputation_for_odd_shapes() {
+        let mut seed = 7;
+        for &(r, heads, t, page) in &[
+            (1usize, 1usize, 1usize, 1usize),
+            (3, 2, 37, 8),
+            (4, 7, 100, 32),
+            (5, 3, 64, 32),
+            (8, 7, 1000, 32),
+            (9, 1, 77, 13),
+            (2, 4, 300, 128),
+        ] {
+            let cols: Vec<Vec<f16>> = (0..r)
+                .map(|_| {
+                    (0..t + 3)
+                        .map(|_| f16::from_f32(4.0 * lcg(&mut seed)))
+                        .collect()
+                })
+                .collect();
+            let w: Vec<f32> = (0..heads * r).map(|_| 2.0 * lcg(&mut seed)).collect();
+            let views: Vec<&[f16]> = cols.iter().map(Vec::as_slice).collect();
+            let n_pages = t.div_ceil(page);
+            let mut out = vec![0.0; heads * n_pages];
+            let mut tile = Vec::new();
+            column_page_masses(&views, &w, t, page, &mut tile, &mut out).unwrap();
+            let mut slow = vec![0.0; heads * n_pages];
+            portable(&views, &w, t, page, &mut tile, &mut slow);
+            let want = reference(&cols, &w, t, page);
+            for i in 0..want.len() {
+                for got in [out[i], slow[i]] {
+                    assert!(
+                        (got as f64 - want[i]).abs() < 1e-4 * (1.0 + want[i].abs()),
+                        "r {r} heads {heads} t {t} page {page} at {i}: {got} vs {}",
+                        want[i]
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn nan_pages_stay_nan_and_bad_shapes_are_refused() {
+        let col = vec![f16::NAN; 16];
+        let cols = [col.as_slice()];
+        let mut out = vec![0.0; 2];
+        let mut tile = Vec::new();
+        column_page_masses(&cols, &[1.0], 16, 8, &mut tile, &mut out).unwrap();
+        assert!(out.iter().all(|x| x.is_nan()));
+        let mut mixed = vec![f16::from_f32(1.0); 16];
+        mixed[3] = f16::NAN;
+        let cols = [mixed.as_slice()];
+        column_page_masses(&cols, &[1.0], 16, 8, &mut tile, &mut out).unwrap();
+        let want = 1.0 + (7.0f32).ln();
+        assert!((out[0] - want).abs() < 1e-5, "{}", out[0]);
+        assert!((out[1] - (1.0 + 8.0f32.ln())).abs() < 1e-5);
+        assert!(column_page_masses(&cols, &[1.0], 16, 0, &mut tile, &mut out).is_err());
+        assert!(column_page_masses(&cols, &[1.0], 17, 8, &mut tile, &mut out).is_err());
+        assert!(column_page_masses(&cols, &[1.0, 2.0, 3.0], 16, 8, &mut tile, &mut out).is_err());
+        assert!(column_page_masses(&cols, &[1.0], 16, 8, &mut tile, &mut out[..1]).is_err());
+    }
+}
