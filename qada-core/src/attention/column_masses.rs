@@ -51,7 +51,7 @@ pub fn column_page_masses(
         });
     }
     let r = columns.len();
-    let heads = if r == 0 { 0 } else { weights.len() / r };
+    let heads = weights.len().checked_div(r).unwrap_or(0);
     if r == 0 || weights.len() != heads * r {
         return Err(CoreError::DimensionMismatch {
             what: "column weights (heads x columns)",
