@@ -13,7 +13,7 @@ use qada_stats::f16;
 use qada_stats::simd::x86::{hsum, hsum4};
 use qada_stats::simd::Avx2;
 
-use super::column_masses::COLUMNS_PER_PASS;
+use super::column_masses::{COLUMNS_PER_PASS, MAX_HEADS};
 use super::exp::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO};
 
 /// `q . row` over the common prefix of `q` and `row` ([`crate::attention::Elem::dot`]).
@@ -69,6 +69,56 @@ unsafe fn exp8(x: __m256) -> __m256 {
     );
     // inputs below -87 (and -inf) give 0
     _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), _mm256_castsi256_ps(bits))
+}
+
+/// `ln(x)` on 8 lanes for finite `x >= 1` (sums of exponentials whose largest term is 1):
+/// `x = 2^e m` with `m` in `[sqrt(1/2), sqrt 2)`, `ln x = e ln 2 + ln m`, `ln(1 + f)` by
+/// Cephes' `logf` polynomial (relative error near 1e-7).
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C (register operations only).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn ln8(x: __m256) -> __m256 {
+    const LOGF: [f32; 9] = [
+        7.037_683_6e-2,
+        -1.151_461e-1,
+        1.167_699_9e-1,
+        -1.242_014_1e-1,
+        1.424_932_3e-1,
+        -1.666_805_8e-1,
+        2.000_071_5e-1,
+        -2.499_999_4e-1,
+        3.333_333e-1,
+    ];
+    let bits = _mm256_castps_si256(x);
+    // x = 2^e m with m in [0.5, 1)
+    let mut e = _mm256_cvtepi32_ps(_mm256_sub_epi32(
+        _mm256_srli_epi32(bits, 23),
+        _mm256_set1_epi32(126),
+    ));
+    let m = _mm256_castsi256_ps(_mm256_or_si256(
+        _mm256_and_si256(bits, _mm256_set1_epi32(0x007f_ffff)),
+        _mm256_set1_epi32(0x3f00_0000),
+    ));
+    // m below sqrt(1/2): 2 m - 1 and e - 1; else m - 1
+    let small = _mm256_cmp_ps(
+        m,
+        _mm256_set1_ps(std::f32::consts::FRAC_1_SQRT_2),
+        _CMP_LT_OQ,
+    );
+    let one = _mm256_set1_ps(1.0);
+    e = _mm256_sub_ps(e, _mm256_and_ps(small, one));
+    let f = _mm256_sub_ps(_mm256_add_ps(m, _mm256_and_ps(small, m)), one);
+    let z = _mm256_mul_ps(f, f);
+    let mut y = _mm256_set1_ps(LOGF[0]);
+    for &c in &LOGF[1..] {
+        y = _mm256_fmadd_ps(y, f, _mm256_set1_ps(c));
+    }
+    y = _mm256_mul_ps(_mm256_mul_ps(y, f), z);
+    y = _mm256_fmadd_ps(e, _mm256_set1_ps(LN2_LO), y);
+    y = _mm256_fnmadd_ps(_mm256_set1_ps(0.5), z, y);
+    _mm256_fmadd_ps(e, _mm256_set1_ps(LN2_HI), _mm256_add_ps(f, y))
 }
 
 /// [`crate::attention::exp_in_place`] on 8 lanes.
@@ -431,7 +481,10 @@ pub unsafe fn column_page_masses(
     let n_pages = t.div_ceil(page);
     let stride = page.div_ceil(8) * 8;
     debug_assert!(tile.len() >= heads * stride && out.len() >= heads * n_pages);
+    debug_assert!(heads <= MAX_HEADS);
     let (tp, wp) = (tile.as_mut_ptr(), weights.as_ptr());
+    // per head, the largest score and the sum of exponentials of the last (up to) 8 pages
+    let mut pending = [([0.0f32; 8], [1.0f32; 8]); MAX_HEADS];
     for p in 0..n_pages {
         let start = p * page;
         let len = page.min(t - start);
@@ -472,6 +525,9 @@ pub unsafe fn column_page_masses(
                 }
             }
         }
+        // each head's largest score and sum of exponentials; the logarithms 8 pages at a
+        // time
+        let lane = p % 8;
         for h in 0..heads {
             let row = &mut tile[h * stride..(h + 1) * stride];
             row[len..].fill(f32::NEG_INFINITY);
@@ -487,8 +543,11 @@ pub unsafe fn column_page_masses(
             let mut lanes = [0.0f32; 8];
             _mm256_storeu_ps(lanes.as_mut_ptr(), top);
             let m = lanes.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
-            out[h * n_pages + p] = if m == f32::NEG_INFINITY {
-                row[..len].iter().copied().find(|x| x.is_nan()).unwrap_or(m)
+            let (t, s) = &mut pending[h];
+            if m == f32::NEG_INFINITY {
+                // no finite score: NaN if one is NaN, else -inf (a sum of 1 adds ln 1 = 0)
+                t[lane] = row[..len].iter().copied().find(|x| x.is_nan()).unwrap_or(m);
+                s[lane] = 1.0;
             } else {
                 let mv = _mm256_set1_ps(m);
                 let mut sum = _mm256_setzero_ps();
@@ -498,8 +557,22 @@ pub unsafe fn column_page_masses(
                     sum = _mm256_add_ps(sum, exp8(x));
                     i += 8;
                 }
-                m + hsum(sum).ln()
-            };
+                t[lane] = m;
+                // at least the largest score's exp(0) = 1
+                s[lane] = hsum(sum).max(1.0);
+            }
+        }
+        if lane == 7 || p + 1 == n_pages {
+            let p0 = p - lane;
+            for (h, (t, s)) in pending.iter().enumerate().take(heads) {
+                let mut v = [0.0f32; 8];
+                let lse = _mm256_add_ps(
+                    _mm256_loadu_ps(t.as_ptr()),
+                    ln8(_mm256_loadu_ps(s.as_ptr())),
+                );
+                _mm256_storeu_ps(v.as_mut_ptr(), lse);
+                out[h * n_pages + p0..=h * n_pages + p].copy_from_slice(&v[..=lane]);
+            }
         }
     }
 }

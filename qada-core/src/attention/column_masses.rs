@@ -21,6 +21,9 @@ use qada_stats::simd::Avx2;
 
 use crate::{CoreError, Result};
 
+/// Most heads one call scores (a KV group of a selecting criterion has at most 64).
+pub(crate) const MAX_HEADS: usize = 64;
+
 /// Most columns one pass of the kernel adds into the tile (more are added in further passes).
 pub(crate) const COLUMNS_PER_PASS: usize = 4;
 
@@ -33,7 +36,7 @@ pub(crate) const COLUMNS_PER_PASS: usize = 4;
 ///
 /// # Errors
 /// [`CoreError::DimensionMismatch`] when a column is shorter than `t`, `weights` is not
-/// `heads x r`, or `out` does not hold `heads x ceil(t / page)` values;
+/// `heads x r` with at most 64 heads, or `out` does not hold `heads x ceil(t / page)` values;
 /// [`CoreError::InvalidParameter`] for a page size of 0.
 pub fn column_page_masses(
     columns: &[&[f16]],
@@ -52,7 +55,7 @@ pub fn column_page_masses(
     }
     let r = columns.len();
     let heads = weights.len().checked_div(r).unwrap_or(0);
-    if r == 0 || weights.len() != heads * r {
+    if r == 0 || weights.len() != heads * r || heads > MAX_HEADS {
         return Err(CoreError::DimensionMismatch {
             what: "column weights (heads x columns)",
             expected: heads.max(1) * r.max(1),
@@ -205,6 +208,29 @@ mod tests {
     }
 
     #[test]
+    fn equal_scores_give_the_score_plus_ln_of_the_page_length() {
+        // every exponential is exp(0) = 1, so the sum is the page's length exactly and the
+        // logarithm alone is measured
+        let mut tile = Vec::new();
+        for page in 1..=130 {
+            let t = 3 * page - 1;
+            for v in [-3.25f32, 0.0, 0.5, 7.0] {
+                let col = vec![f16::from_f32(v); t];
+                let mut out = vec![0.0; t.div_ceil(page)];
+                column_page_masses(&[&col], &[1.0], t, page, &mut tile, &mut out).unwrap();
+                for (p, &got) in out.iter().enumerate() {
+                    let n = page.min(t - p * page);
+                    let want = v as f64 + (n as f64).ln();
+                    assert!(
+                        (got as f64 - want).abs() <= 2e-6 * (1.0 + want.abs()),
+                        "page {page} of {n} rows at {v}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn nan_pages_stay_nan_and_bad_shapes_are_refused() {
         let col = vec![f16::NAN; 16];
         let cols = [col.as_slice()];
@@ -223,5 +249,7 @@ mod tests {
         assert!(column_page_masses(&cols, &[1.0], 17, 8, &mut tile, &mut out).is_err());
         assert!(column_page_masses(&cols, &[1.0, 2.0, 3.0], 16, 8, &mut tile, &mut out).is_err());
         assert!(column_page_masses(&cols, &[1.0], 16, 8, &mut tile, &mut out[..1]).is_err());
+        let mut many = vec![0.0; 65 * 2];
+        assert!(column_page_masses(&cols, &[1.0; 65], 16, 8, &mut tile, &mut many).is_err());
     }
 }
