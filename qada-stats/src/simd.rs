@@ -57,6 +57,44 @@ impl AvxVnni {
     }
 }
 
+/// Proof that this CPU runs AVX-512 Foundation code (16 f32 lanes, `vcvtph2ps` on 16 halves,
+/// `vscalefps`) besides AVX2, FMA and F16C, and that neither `QADA_PORTABLE` nor
+/// `QADA_NO_AVX512` is set (the latter keeps the AVX2 kernels on such a CPU, for tests and
+/// comparisons).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Avx512 {
+    avx2: Avx2,
+}
+
+impl Avx512 {
+    /// The token when [`Avx2::detect`] gives one, the CPU has AVX-512F and `QADA_NO_AVX512`
+    /// is unset; detected once per process.
+    #[inline]
+    pub fn detect() -> Option<Avx512> {
+        static DETECTED: OnceLock<bool> = OnceLock::new();
+        let avx2 = Avx2::detect()?;
+        let ok = *DETECTED
+            .get_or_init(|| std::env::var_os("QADA_NO_AVX512").is_none() && cpu_has_avx512f());
+        ok.then_some(Avx512 { avx2 })
+    }
+
+    /// The AVX2 token this one implies.
+    #[inline]
+    pub fn avx2(self) -> Avx2 {
+        self.avx2
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_avx512f() -> bool {
+    is_x86_feature_detected!("avx512f")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_has_avx512f() -> bool {
+    false
+}
+
 #[cfg(target_arch = "x86_64")]
 fn cpu_has_avx_vnni() -> bool {
     is_x86_feature_detected!("avxvnni")

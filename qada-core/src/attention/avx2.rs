@@ -13,8 +13,8 @@ use qada_stats::f16;
 use qada_stats::simd::x86::{hsum, hsum4};
 use qada_stats::simd::Avx2;
 
-use super::column_masses::{COLUMNS_PER_PASS, MAX_HEADS};
-use super::exp::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO};
+use super::column_masses::{tile_stride, COLUMNS_PER_PASS, MAX_HEADS};
+use super::exp::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
 
 /// `q . row` over the common prefix of `q` and `row` ([`crate::attention::Elem::dot`]).
 ///
@@ -80,17 +80,6 @@ unsafe fn exp8(x: __m256) -> __m256 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn ln8(x: __m256) -> __m256 {
-    const LOGF: [f32; 9] = [
-        7.037_683_6e-2,
-        -1.151_461e-1,
-        1.167_699_9e-1,
-        -1.242_014_1e-1,
-        1.424_932_3e-1,
-        -1.666_805_8e-1,
-        2.000_071_5e-1,
-        -2.499_999_4e-1,
-        3.333_333e-1,
-    ];
     let bits = _mm256_castps_si256(x);
     // x = 2^e m with m in [0.5, 1)
     let mut e = _mm256_cvtepi32_ps(_mm256_sub_epi32(
@@ -465,7 +454,7 @@ pub unsafe fn axpy(_: Avx2, acc: &mut [f32], w: f32, row: &[f16]) {
 /// The CPU has AVX2, FMA and F16C (the token proves it); `columns` is not empty and every
 /// column holds at least `t` values; `weights.len()` is a multiple of `columns.len()`
 /// (`heads` rows); `out` holds `heads x ceil(t / page)` values; `page >= 1`; `tile` holds
-/// `heads x stride` values with `stride` the page size rounded up to 8.
+/// `heads x tile_stride(page)` values.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn column_page_masses(
     _: Avx2,
@@ -479,9 +468,9 @@ pub unsafe fn column_page_masses(
     let r = columns.len();
     let heads = weights.len() / r;
     let n_pages = t.div_ceil(page);
-    let stride = page.div_ceil(8) * 8;
+    let stride = tile_stride(page);
     debug_assert!(tile.len() >= heads * stride && out.len() >= heads * n_pages);
-    debug_assert!(heads <= MAX_HEADS);
+    debug_assert!(stride.is_multiple_of(8) && heads <= MAX_HEADS);
     let (tp, wp) = (tile.as_mut_ptr(), weights.as_ptr());
     // per head, the largest score and the sum of exponentials of the last (up to) 8 pages
     let mut pending = [([0.0f32; 8], [1.0f32; 8]); MAX_HEADS];

@@ -17,9 +17,15 @@ use qada_stats::f16;
 
 use super::exp::fast_exp;
 #[cfg(target_arch = "x86_64")]
-use qada_stats::simd::Avx2;
+use qada_stats::simd::{Avx2, Avx512};
 
 use crate::{CoreError, Result};
+
+/// Values per head in the tile: the page size rounded up to 16, whole vectors of 8 or 16
+/// lanes (the rows past the page hold `-inf`).
+pub(crate) fn tile_stride(page: usize) -> usize {
+    page.div_ceil(16) * 16
+}
 
 /// Most heads one call scores (a KV group of a selecting criterion has at most 64).
 pub(crate) const MAX_HEADS: usize = 64;
@@ -31,7 +37,7 @@ pub(crate) const COLUMNS_PER_PASS: usize = 4;
 /// for the `heads = weights.len() / r` heads, the `r = columns.len()` columns and the pages
 /// of `page` rows of the first `t` rows (the last page may be shorter).
 ///
-/// `tile` is scratch (`heads` times `page` rounded up to 8, f32), grown as needed and kept
+/// `tile` is scratch (`heads` times `page` rounded up to 16, f32), grown as needed and kept
 /// between calls so that a decoding step allocates nothing.
 ///
 /// # Errors
@@ -77,13 +83,21 @@ pub fn column_page_masses(
             found: out.len(),
         });
     }
-    let stride = page.div_ceil(8) * 8;
-    tile.resize(heads * stride, 0.0);
+    tile.resize(heads * tile_stride(page), 0.0);
+    #[cfg(target_arch = "x86_64")]
+    if let Some(token) = Avx512::detect() {
+        // SAFETY: the token proves AVX-512F, AVX2, FMA and F16C; the checks above give the
+        // kernel's contract (as for the AVX2 kernel below).
+        unsafe {
+            super::avx512::column_page_masses(token, columns, weights, t, page, tile, out);
+        }
+        return Ok(());
+    }
     #[cfg(target_arch = "x86_64")]
     if let Some(token) = Avx2::detect() {
         // SAFETY: the token proves AVX2, FMA and F16C; the checks above give every column at
-        // least `t` rows, `weights` `heads x r`, `out` `heads x n_pages` and `tile`
-        // `heads x stride` with `stride` the page size rounded up to 8, the kernel's contract.
+        // least `t` rows, `weights` `heads x r` with `heads <= MAX_HEADS`, `out`
+        // `heads x n_pages` and `tile` `heads x tile_stride(page)`, the kernel's contract.
         unsafe {
             super::avx2::column_page_masses(token, columns, weights, t, page, tile, out);
         }
@@ -160,6 +174,39 @@ mod tests {
         out
     }
 
+    /// The masses by every kernel this CPU runs (portable, AVX2, AVX-512), whatever the
+    /// environment picks.
+    fn every_path(cols: &[&[f16]], w: &[f32], t: usize, page: usize) -> Vec<Vec<f32>> {
+        let heads = w.len() / cols.len();
+        let n = heads * t.div_ceil(page);
+        let mut tile = vec![0.0; heads * tile_stride(page)];
+        let mut out = vec![vec![0.0; n]];
+        portable(cols, w, t, page, &mut tile, &mut out[0]);
+        #[cfg(target_arch = "x86_64")]
+        if let Some(token) = Avx2::detect() {
+            let mut o = vec![0.0; n];
+            // SAFETY: the token proves the features; shapes as the safe entry checks them.
+            unsafe {
+                crate::attention::avx2::column_page_masses(
+                    token, cols, w, t, page, &mut tile, &mut o,
+                )
+            };
+            out.push(o);
+        }
+        #[cfg(target_arch = "x86_64")]
+        if let Some(token) = Avx512::detect() {
+            let mut o = vec![0.0; n];
+            // SAFETY: as above.
+            unsafe {
+                crate::attention::avx512::column_page_masses(
+                    token, cols, w, t, page, &mut tile, &mut o,
+                )
+            };
+            out.push(o);
+        }
+        out
+    }
+
     fn lcg(seed: &mut u64) -> f32 {
         *seed = seed
             .wrapping_mul(6364136223846793005)
@@ -192,11 +239,10 @@ mod tests {
             let mut out = vec![0.0; heads * n_pages];
             let mut tile = Vec::new();
             column_page_masses(&views, &w, t, page, &mut tile, &mut out).unwrap();
-            let mut slow = vec![0.0; heads * n_pages];
-            portable(&views, &w, t, page, &mut tile, &mut slow);
+            let paths = every_path(&views, &w, t, page);
             let want = reference(&cols, &w, t, page);
             for i in 0..want.len() {
-                for got in [out[i], slow[i]] {
+                for got in std::iter::once(out[i]).chain(paths.iter().map(|o| o[i])) {
                     assert!(
                         (got as f64 - want[i]).abs() < 1e-4 * (1.0 + want[i].abs()),
                         "r {r} heads {heads} t {t} page {page} at {i}: {got} vs {}",
@@ -218,7 +264,9 @@ mod tests {
                 let col = vec![f16::from_f32(v); t];
                 let mut out = vec![0.0; t.div_ceil(page)];
                 column_page_masses(&[&col], &[1.0], t, page, &mut tile, &mut out).unwrap();
-                for (p, &got) in out.iter().enumerate() {
+                let paths = every_path(&[&col], &[1.0], t, page);
+                let all = paths.iter().flat_map(|o| o.iter().enumerate());
+                for (p, &got) in out.iter().enumerate().chain(all) {
                     let n = page.min(t - p * page);
                     let want = v as f64 + (n as f64).ln();
                     assert!(

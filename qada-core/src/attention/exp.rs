@@ -47,6 +47,19 @@ pub(crate) const EXP_TAYLOR: [f32; 8] = [
     1.0,
     1.0,
 ];
+/// Cephes' `logf` coefficients of `(ln(1 + f) - f + f^2 / 2) / f^3`, highest degree first, for
+/// `f` in `[sqrt(1/2) - 1, sqrt 2 - 1)` (the vector `ln` of the column page masses).
+pub(crate) const LOGF: [f32; 9] = [
+    7.037_683_6e-2,
+    -1.151_461e-1,
+    1.167_699_9e-1,
+    -1.242_014_1e-1,
+    1.424_932_3e-1,
+    -1.666_805_8e-1,
+    2.000_071_5e-1,
+    -2.499_999_4e-1,
+    3.333_333e-1,
+];
 /// Inputs below this give 0 (`exp` would be subnormal).
 pub(crate) const EXP_FLOOR: f32 = -87.0;
 

@@ -7,7 +7,8 @@
 //!   by column (the channel rule's scoring, the scores kept in a tile per page);
 //! - [`Elem`] (`elem`): f32, f16 and q8 rows ([`qada_stats::Q8Block`], read in place), the safe entry points that check shapes and choose a
 //!   kernel (the AVX2 one when [`qada_stats::simd::Avx2::detect`] gives a token);
-//! - `portable`, `avx2` and `avx2_q8` (q8 rows): the kernels themselves;
+//! - `portable`, `avx2`, `avx2_q8` (q8 rows) and `avx512` (the column page masses): the
+//!   kernels themselves;
 //! - `softmax`: the reference [`scores`], [`softmax_attend`], [`dense_attention`] and
 //!   [`local_attention`];
 //! - `prefill`: [`prefill_attention`], prefill's causal attention of a block of queries in
@@ -17,6 +18,8 @@
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_q8;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 mod column_masses;
 mod elem;
 mod exp;
