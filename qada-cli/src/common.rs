@@ -427,6 +427,7 @@ impl CriterionArgs {
         self.tau = setting.tau;
         self.group = setting.group.clone();
         self.page = setting.page;
+        self.channels = setting.channels;
         self.clusters = setting.clusters;
         self.margin = setting.margin;
         self.sink = Some(setting.sink);

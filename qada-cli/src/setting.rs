@@ -75,6 +75,10 @@ fn default_min_saving() -> f64 {
     0.05
 }
 
+fn default_channels() -> usize {
+    qada_core::criteria::by_name::DEFAULT_CHANNELS
+}
+
 /// One method's cheapest threshold within the budget.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct MethodBest {
@@ -92,12 +96,17 @@ pub struct Setting {
     /// Short name or file name of the model it was calibrated on.
     pub model_name: String,
     pub model: ModelId,
-    /// A `--criterion` name: dense, approx, bound, mixture, hybrid, pages or certified.
+    /// A `--criterion` name: dense, approx, bound, mixture, hybrid, pages, certified or
+    /// channels.
     pub criterion: String,
     pub tau: Option<f64>,
     /// A `--group` mode: head, all or mass.
     pub group: String,
     pub page: usize,
+    /// Key channels the channel rule scores with (files older than it have none: the
+    /// default).
+    #[serde(default = "default_channels")]
+    pub channels: usize,
     pub clusters: usize,
     pub margin: f64,
     pub sink: usize,

@@ -30,7 +30,10 @@ use crate::corpus::{Corpus, Part, SPLIT_YEAR};
 use crate::setting::{Evidence, MethodBest, ModelId, Setting, FORMAT};
 use statrs::distribution::{ContinuousCDF, Normal};
 
-use qada_core::criteria::{bound::DEFAULT_PAGE, hybrid::DEFAULT_MARGIN, mixture::DEFAULT_CLUSTERS};
+use qada_core::criteria::{
+    bound::DEFAULT_PAGE, hybrid::DEFAULT_MARGIN, mixture::DEFAULT_CLUSTERS,
+    by_name::DEFAULT_CHANNELS,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -42,10 +45,10 @@ pub struct Args {
     /// Largest drop below dense allowed on any task (accuracy, or top-1 agreement).
     #[arg(long, default_value_t = 0.02)]
     budget: f64,
-    /// Criteria tried, comma-separated, among approx-current, bound, mixture, hybrid, pages
-    /// and certified (the last two select pages of the bulk per KV group)
-    /// (each at its default page of 32 keys, 4 clusters, margin of 1 nat).
-    #[arg(long, default_value = "approx-current,bound,mixture,hybrid,pages")]
+    /// Criteria tried, comma-separated, among approx-current, bound, mixture, hybrid, pages,
+    /// certified and channels (the last three select pages of the bulk per KV group)
+    /// (each at its default page of 32 keys, 4 clusters, margin of 1 nat, 8 channels).
+    #[arg(long, default_value = "approx-current,bound,mixture,hybrid,pages,channels")]
     methods: String,
     /// Thresholds tried, comma-separated.
     #[arg(long, default_value = "0.5,0.7,0.8,0.9,0.95,0.99")]
@@ -97,6 +100,7 @@ const SETTING_METHODS: &[&str] = &[
     "hybrid",
     "pages",
     "certified",
+    "channels",
 ];
 
 /// The `--criterion` name of a sweep method, and its group mode (`mixture@all` is mixture,
@@ -367,6 +371,7 @@ pub fn run(a: Args) -> CliResult<()> {
         tau,
         group,
         page: DEFAULT_PAGE,
+        channels: DEFAULT_CHANNELS,
         clusters: DEFAULT_CLUSTERS,
         margin: DEFAULT_MARGIN,
         sink: a.sink,
