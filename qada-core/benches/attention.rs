@@ -347,8 +347,72 @@ fn prefill_block(c: &mut Criterion) {
     group.finish();
 }
 
+
+/// The channel rule's page choice for one KV group of Qwen2.5-0.5B at 16k: 7 long heads,
+/// d = 64, 16,384 bulk keys in pages of 32, 8 channels. `column_page_masses` alone (the
+/// scores of 8 columns and a log-sum-exp per page and head), and the whole `choose_pages`
+/// (channels chosen, page means and variances scored, masses, budget per head).
+fn channel_selection_group7(c: &mut Criterion) {
+    use qada_core::attention::column_page_masses;
+    use qada_core::{Decision, PageRule, PageSelection, Pages};
+    use qada_stats::{PageBounds, Rows};
+    const T: usize = 16_384;
+    const H: usize = 7;
+    const R: usize = 8;
+    const P: usize = 32;
+    let keys = data(T, 0.25);
+    let mut pages = PageBounds::new(D, P).unwrap();
+    pages.keep_channel_keys().unwrap();
+    pages.push_rows_of(Rows::F32(&keys)).unwrap();
+    let mut moments = KeyMoments::new(D);
+    for k in keys.chunks(D) {
+        moments.push(k).unwrap();
+    }
+    let q: Vec<f32> = (0..H * D).map(|i| 2.0 * (i as f32 * 0.37).cos()).collect();
+    let local: Vec<Vec<f32>> = (0..H)
+        .map(|h| (0..LOCAL).map(|i| ((h * LOCAL + i) as f32 * 0.1).sin()).collect())
+        .collect();
+    let mut group = c.benchmark_group("channel_selection_group7_d64_16384");
+    let columns: Vec<&[qada_stats::f16]> = (0..R).map(|c| pages.channel_keys(c).unwrap()).collect();
+    let weights: Vec<f32> = (0..H * R).map(|i| 0.125 * (i as f32 * 0.7).sin()).collect();
+    let mut out = vec![0.0f32; H * T.div_ceil(P)];
+    let mut tile = Vec::new();
+    group.bench_function("column_page_masses", |b| {
+        b.iter(|| {
+            column_page_masses(black_box(&columns), &weights, T, P, &mut tile, &mut out).unwrap()
+        })
+    });
+    let rows = Rows::F32(&keys);
+    let inputs: Vec<HeadInput<'_>> = (0..H)
+        .map(|h| HeadInput {
+            layer: 0,
+            head: h,
+            query: &q[h * D..(h + 1) * D],
+            scale: 0.125,
+            local_scores: &local[h],
+            bulk_len: T,
+            bulk_moments: &moments,
+            bulk_keys: rows,
+            bulk_pages: Some(&pages),
+            bulk_clusters: None,
+        })
+        .collect();
+    let crit = Pages::new(Approx::new(0.8).unwrap(), 0.8, P, PageRule::Channels(R)).unwrap();
+    let mut sel = PageSelection::new();
+    let mut decisions = vec![Decision::LONG; H];
+    group.bench_function("choose_pages", |b| {
+        b.iter(|| {
+            decisions.fill(Decision::LONG);
+            crit.choose_pages(black_box(&inputs), &mut decisions, &mut sel)
+                .unwrap()
+        })
+    });
+    group.finish();
+}
+
 criterion_group!(
     benches,
+    channel_selection_group7,
     per_head,
     gqa_block,
     gqa_group7_q8_vs_f16,
