@@ -347,7 +347,6 @@ fn prefill_block(c: &mut Criterion) {
     group.finish();
 }
 
-
 /// The channel rule's page choice for one KV group of Qwen2.5-0.5B at 16k: 7 long heads,
 /// d = 64, 16,384 bulk keys in pages of 32, 8 channels. `column_page_masses` alone (the
 /// scores of 8 columns and a log-sum-exp per page and head), and the whole `choose_pages`
@@ -370,7 +369,11 @@ fn channel_selection_group7(c: &mut Criterion) {
     }
     let q: Vec<f32> = (0..H * D).map(|i| 2.0 * (i as f32 * 0.37).cos()).collect();
     let local: Vec<Vec<f32>> = (0..H)
-        .map(|h| (0..LOCAL).map(|i| ((h * LOCAL + i) as f32 * 0.1).sin()).collect())
+        .map(|h| {
+            (0..LOCAL)
+                .map(|i| ((h * LOCAL + i) as f32 * 0.1).sin())
+                .collect()
+        })
         .collect();
     let mut group = c.benchmark_group("channel_selection_group7_d64_16384");
     let columns: Vec<&[qada_stats::f16]> = (0..R).map(|c| pages.channel_keys(c).unwrap()).collect();

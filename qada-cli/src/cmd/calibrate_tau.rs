@@ -31,8 +31,8 @@ use crate::setting::{Evidence, MethodBest, ModelId, Setting, FORMAT};
 use statrs::distribution::{ContinuousCDF, Normal};
 
 use qada_core::criteria::{
-    bound::DEFAULT_PAGE, hybrid::DEFAULT_MARGIN, mixture::DEFAULT_CLUSTERS,
-    by_name::DEFAULT_CHANNELS,
+    bound::DEFAULT_PAGE, by_name::DEFAULT_CHANNELS, hybrid::DEFAULT_MARGIN,
+    mixture::DEFAULT_CLUSTERS,
 };
 
 #[derive(clap::Args)]
@@ -48,7 +48,10 @@ pub struct Args {
     /// Criteria tried, comma-separated, among approx-current, bound, mixture, hybrid, pages,
     /// certified and channels (the last three select pages of the bulk per KV group)
     /// (each at its default page of 32 keys, 4 clusters, margin of 1 nat, 8 channels).
-    #[arg(long, default_value = "approx-current,bound,mixture,hybrid,pages,channels")]
+    #[arg(
+        long,
+        default_value = "approx-current,bound,mixture,hybrid,pages,channels"
+    )]
     methods: String,
     /// Thresholds tried, comma-separated.
     #[arg(long, default_value = "0.5,0.7,0.8,0.9,0.95,0.99")]
