@@ -474,6 +474,8 @@ pub unsafe fn column_page_masses(
     let (tp, wp) = (tile.as_mut_ptr(), weights.as_ptr());
     // per head, the largest score and the sum of exponentials of the last (up to) 8 pages
     let mut pending = [([0.0f32; 8], [1.0f32; 8]); MAX_HEADS];
+    // per head, the page's largest score in every lane
+    let mut tops = [_mm256_setzero_ps(); MAX_HEADS];
     for p in 0..n_pages {
         let start = p * page;
         let len = page.min(t - start);
@@ -514,35 +516,39 @@ pub unsafe fn column_page_masses(
                 }
             }
         }
-        // each head's largest score and sum of exponentials; the logarithms 8 pages at a
-        // time
+        // each head's largest score, then (a second loop, so that the heads' exponentials
+        // overlap instead of waiting on each maximum) its sum of exponentials; the
+        // logarithms 8 pages at a time
         let lane = p % 8;
-        for h in 0..heads {
+        for (h, top) in tops.iter_mut().enumerate().take(heads) {
             let row = &mut tile[h * stride..(h + 1) * stride];
             row[len..].fill(f32::NEG_INFINITY);
             // SAFETY: the loads read row[i..i + 8] with i + 8 <= stride = row.len().
             let rp = row.as_ptr();
-            let mut top = _mm256_set1_ps(f32::NEG_INFINITY);
+            let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
             let mut i = 0;
             while i < stride {
                 // NaN skipped: `max_ps(x, acc)` returns `acc` when `x` is NaN
-                top = _mm256_max_ps(_mm256_loadu_ps(rp.add(i)), top);
+                m = _mm256_max_ps(_mm256_loadu_ps(rp.add(i)), m);
                 i += 8;
             }
-            let mut lanes = [0.0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), top);
-            let m = lanes.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            *top = hmax_broadcast(m);
+        }
+        for (h, top) in tops.iter().enumerate().take(heads) {
+            let row = &tile[h * stride..(h + 1) * stride];
+            let m = _mm256_cvtss_f32(*top);
             let (t, s) = &mut pending[h];
             if m == f32::NEG_INFINITY {
                 // no finite score: NaN if one is NaN, else -inf (a sum of 1 adds ln 1 = 0)
                 t[lane] = row[..len].iter().copied().find(|x| x.is_nan()).unwrap_or(m);
                 s[lane] = 1.0;
             } else {
-                let mv = _mm256_set1_ps(m);
+                // SAFETY: the loads read row[i..i + 8] with i + 8 <= stride = row.len().
+                let rp = row.as_ptr();
                 let mut sum = _mm256_setzero_ps();
                 let mut i = 0;
                 while i < stride {
-                    let x = _mm256_sub_ps(_mm256_loadu_ps(rp.add(i)), mv);
+                    let x = _mm256_sub_ps(_mm256_loadu_ps(rp.add(i)), *top);
                     sum = _mm256_add_ps(sum, exp8(x));
                     i += 8;
                 }
@@ -564,4 +570,17 @@ pub unsafe fn column_page_masses(
             }
         }
     }
+}
+
+/// The largest lane of `v` (no NaN) in every lane: three shuffles and maxima, no trip
+/// through memory.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C (register operations only).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hmax_broadcast(v: __m256) -> __m256 {
+    let v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
+    let v = _mm256_max_ps(v, _mm256_shuffle_ps(v, v, 0b01_00_11_10));
+    _mm256_max_ps(v, _mm256_shuffle_ps(v, v, 0b10_11_00_01))
 }
