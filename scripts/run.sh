@@ -2,7 +2,8 @@
 # The main job: fetch the models and corpus, build in release mode, and answer a question
 # about a long document (about 16,200 tokens: State of the Union addresses from 1901 on, with
 # one fact placed in the middle) on Qwen2.5-0.5B (32k context), with page selection deciding
-# per token and KV group which pages of the context to read. The same prompt is then decoded
+# per token and KV group which pages of the context to read (channels: each key scored from
+# 8 of its channels, tau 0.8). The same prompt is then decoded
 # densely from the same prefill (--compare dense), and both speeds and K/V bytes are printed.
 #
 #   bash scripts/run.sh                       the main job
@@ -24,4 +25,4 @@ head -c 40000 "$all.rest" >> "$prompt"
 rm -f "$all.rest"
 printf '\n\nQuestion: What is the secret code of the speech collection, according to the archivist? Answer with the number only.' >> "$prompt"
 ./target/release/qada-cli generate --model qwen2.5-0.5b --prompt-file "$prompt" \
-    --criterion pages --tau 0.8 --compare dense --max-new-tokens 16 "$@"
+    --criterion channels --tau 0.8 --compare dense --max-new-tokens 16 "$@"
