@@ -67,11 +67,12 @@ pub struct Args {
     #[arg(long)]
     quick: bool,
     /// Methods, comma-separated, among dense, window, oracle, approx-current,
-    /// approx-calibration, static, bound, mixture, hybrid, pages, certified and quest (dense
-    /// always runs; bound to certified over --taus with their default page of 32 keys, 4
-    /// clusters and margin of 1 nat; pages and certified select pages of the bulk per KV
-    /// group behind QAdA's gate; quest reads 512, 1024, 2048 and 4096 tokens of pages per
-    /// head, its parameter).
+    /// approx-calibration, static, bound, mixture, hybrid, pages, certified, quest,
+    /// pages-oracle and channels (dense always runs; bound to channels over --taus with
+    /// their default page of 32 keys, 4 clusters, margin of 1 nat and 8 channels; pages,
+    /// certified, pages-oracle and channels select pages of the bulk per KV group behind
+    /// QAdA's gate (pages-oracle behind the oracle's); quest reads 512, 1024, 2048 and 4096
+    /// tokens of pages per head, its parameter).
     #[arg(
         long,
         default_value = "dense,window,oracle,approx-current,approx-calibration,static"
