@@ -1,5 +1,6 @@
 //! End-to-end tests of page selection on the real models: the passkey at 16k tokens on
-//! Qwen2.5-0.5B, `generate --compare dense`, and the errors of bad page settings.
+//! Qwen2.5-0.5B under the main job's criterion (channels), `generate --compare dense` (pages),
+//! and the errors of bad page settings.
 
 mod common;
 
@@ -14,11 +15,11 @@ fn qwen() -> &'static str {
     "qwen2.5-0.5b"
 }
 
-/// The setting shipped for Qwen2.5-0.5B: pages at this tau (qada-cli/settings).
+/// The main job's criterion and tau on Qwen2.5-0.5B (scripts/run.sh): channels at 0.8.
 const QWEN_TAU: &str = "0.8";
 
 #[test]
-fn on_qwen_pages_find_the_passkey_dense_finds_at_16k_tokens_reading_under_half_the_bytes() {
+fn on_qwen_channels_find_the_passkey_dense_finds_at_16k_tokens_reading_under_half_the_bytes() {
     let out = tmp("qwen-16k");
     ok(&qada(&[
         "eval",
@@ -31,7 +32,7 @@ fn on_qwen_pages_find_the_passkey_dense_finds_at_16k_tokens_reading_under_half_t
         "--samples",
         "1",
         "--methods",
-        "pages",
+        "channels",
         "--taus",
         QWEN_TAU,
         "--out-dir",
@@ -47,14 +48,15 @@ fn on_qwen_pages_find_the_passkey_dense_finds_at_16k_tokens_reading_under_half_t
             .find(|r| r["method"] == method)
             .unwrap_or_else(|| panic!("no {method} record in {records}"))
     };
-    let (dense, pages) = (of("dense"), of("pages"));
+    let (dense, channels) = (of("dense"), of("channels"));
     assert_eq!(dense["sums"]["accuracy"], 1.0, "dense misses the passkey");
     assert_eq!(
-        pages["sums"]["accuracy"], 1.0,
-        "pages miss the passkey dense finds"
+        channels["sums"]["accuracy"], 1.0,
+        "channels miss the passkey dense finds"
     );
-    let ratio = pages["kv_bytes"].as_f64().unwrap() / pages["dense_kv_bytes"].as_f64().unwrap();
-    assert!(ratio < 0.5, "pages read {ratio:.3}x the dense K/V bytes");
+    let ratio =
+        channels["kv_bytes"].as_f64().unwrap() / channels["dense_kv_bytes"].as_f64().unwrap();
+    assert!(ratio < 0.5, "channels read {ratio:.3}x the dense K/V bytes");
 }
 
 #[test]
