@@ -580,6 +580,7 @@ pub unsafe fn column_page_masses(
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn hmax_broadcast(v: __m256) -> __m256 {
+    // SAFETY: register operations only; the CPU features are the caller's proof.
     let v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
     let v = _mm256_max_ps(v, _mm256_shuffle_ps(v, v, 0b01_00_11_10));
     _mm256_max_ps(v, _mm256_shuffle_ps(v, v, 0b10_11_00_01))
