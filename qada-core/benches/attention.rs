@@ -334,6 +334,7 @@ fn prefill_block(c: &mut Criterion) {
             n_heads,
             dim: d,
             scale: 1.0 / (d as f32).sqrt(),
+            softcap: None,
             window: None,
         };
         let q: Vec<f32> = (0..N * n_heads * d)

@@ -13,7 +13,7 @@ use rayon::prelude::*;
 
 use qada_stats::{f16, Q8Block, Rows};
 
-use crate::attention::{exp_in_place, max_score, Elem, KvSegments};
+use crate::attention::{exp_in_place, max_score, Elem, KvSegments, ScoreMap};
 
 /// The KV heads of one layer as attention reads them: a slice of [`KvSegments`], or a view
 /// that borrows them from a cache on demand (so a decoding step needs no list of its own).
@@ -236,7 +236,7 @@ fn run_task<K: LayerKv + ?Sized>(
     t: &mut Task,
     queries: &[f32],
     kv: &K,
-    scale: f32,
+    map: ScoreMap,
     d: usize,
     group: usize,
 ) -> Result<()> {
@@ -273,7 +273,14 @@ fn run_task<K: LayerKv + ?Sized>(
         }
         let scores = &mut t.scores[..nr * n];
         // scores of the run's heads, each key row read once
-        block_scores(&t.queries, k.bulk_keys.slice(r0, r1, d), d, scale, scores)?;
+        block_scores(
+            &t.queries,
+            k.bulk_keys.slice(r0, r1, d),
+            d,
+            map.scale,
+            scores,
+        )?;
+        map.cap_in_place(scores);
         // per head: the new maximum, the old state rescaled to it, the weights exp(s - m)
         for (s, &i) in scores.chunks_exact_mut(n).zip(&sub[..nr]) {
             let m = max_score(s, t.m[i]);
@@ -364,6 +371,7 @@ fn push_run(
 ///
 /// - `queries`: `n_heads x d` rotated queries.
 /// - `kv`: the layer's KV heads (a slice of [`KvSegments`], or a view of a cache).
+/// - `scores`: the scale of `q . k` (an `f32`), or a [`ScoreMap`] with a soft cap.
 /// - `out`: `n_heads x d` attention outputs.
 /// - `decisions`: one per query head, written here.
 #[allow(clippy::too_many_arguments)]
@@ -372,11 +380,13 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
     layer: usize,
     queries: &[f32],
     kv: &K,
-    scale: f32,
+    scores: impl Into<ScoreMap>,
     scratch: &mut LayerScratch,
     out: &mut [f32],
     decisions: &mut [Decision],
 ) -> Result<()> {
+    let map: ScoreMap = scores.into();
+    let scale = map.scale;
     let n_kv = kv.n_kv_heads();
     let d = if n_kv == 0 { 0 } else { kv.segments(0).dim };
     let n_heads = decisions.len();
@@ -422,6 +432,8 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
         let (s_sink, s_win) = scratch.block.split_at_mut(group * ns);
         block_scores(q, k.sink_keys, d, scale, s_sink)?;
         block_scores(q, k.window_keys, d, scale, s_win)?;
+        map.cap_in_place(s_sink);
+        map.cap_in_place(s_win);
         for j in 0..group {
             let h = g * group + j;
             let s = &mut scratch.local_scores[h * local_len..(h + 1) * local_len];
@@ -543,11 +555,11 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
     if n_tasks > 1 {
         tasks
             .par_iter_mut()
-            .try_for_each(|t| run_task(t, queries, kv, scale, d, group))?;
+            .try_for_each(|t| run_task(t, queries, kv, map, d, group))?;
     } else {
         tasks
             .iter_mut()
-            .try_for_each(|t| run_task(t, queries, kv, scale, d, group))?;
+            .try_for_each(|t| run_task(t, queries, kv, map, d, group))?;
     }
 
     // 4. local state per head: weights exp(s - m) from the local scores, the group's sink

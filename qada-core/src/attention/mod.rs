@@ -1,6 +1,8 @@
 //! Softmax attention for one head over borrowed key/value slices, and the kernels beneath it.
 //!
-//! `o = softmax(s) V` with `s_i = scale * q . k_i`. One idea per module:
+//! `o = softmax(s) V` with `s_i = scale * q . k_i` (soft-capped on Gemma 2). One idea per
+//! module:
+//! - [`ScoreMap`] (`score_map`): scale and soft cap of the scores;
 //! - [`KvSegments`] (`segments`): one KV head's sink, bulk and window rows and bulk moments;
 //! - `exp`: [`fast_exp`], [`exp_in_place`], [`max_score`] and the constants of the reduction;
 //! - `column_masses`: [`column_page_masses`], per page the log mass of scores from keys stored
@@ -28,6 +30,7 @@ mod portable;
 mod prefill;
 #[cfg(test)]
 mod q8_props;
+mod score_map;
 mod segments;
 mod softmax;
 
@@ -37,5 +40,6 @@ pub use exp::{exp_in_place, fast_exp, max_score};
 pub use matmul::gemm_strided;
 pub use portable::dot;
 pub use prefill::{prefill_attention, PrefillHead, PrefillShape, TILE as PREFILL_TILE};
+pub use score_map::{softcap, ScoreMap};
 pub use segments::KvSegments;
 pub use softmax::{dense_attention, local_attention, scores, softmax_attend, weighted_sum};

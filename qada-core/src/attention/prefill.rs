@@ -16,6 +16,7 @@ use rayon::prelude::*;
 
 use super::exp::exp_in_place;
 use super::matmul::gemm_strided;
+use super::score_map::ScoreMap;
 use crate::{CoreError, Result};
 
 /// Keys per tile.
@@ -44,6 +45,8 @@ pub struct PrefillShape {
     pub dim: usize,
     /// `scale` in `s = scale * q k`.
     pub scale: f32,
+    /// Soft cap of the scores (Gemma 2): `s = cap tanh(s / cap)`.
+    pub softcap: Option<f32>,
     /// `Some(W)` on a sliding layer: a query at `p` sees `max(0, p - W + 1) ..= p`.
     pub window: Option<usize>,
 }
@@ -80,7 +83,7 @@ fn head_attention(
     q_rs: usize,
     n: usize,
     pos0: usize,
-    scale: f32,
+    map: ScoreMap,
     out: &mut [f32],
 ) {
     let first = kv.first;
@@ -111,7 +114,7 @@ fn head_attention(
             }
             let mut mt = f32::NEG_INFINITY;
             for x in row[a..b].iter_mut() {
-                *x *= scale;
+                *x = map.apply(*x);
                 mt = mt.max(*x);
             }
             let m_new = m[i].max(mt);
@@ -253,8 +256,21 @@ pub fn prefill_attention(
         .map(|h| {
             let mut o = vec![0.0f32; n * d];
             let qh = &q[h * d..];
-            let (window, scale) = (shape.window, shape.scale);
-            head_attention(&kv[h / group], d, window, qh, qd, n, pos0, scale, &mut o);
+            let map = ScoreMap {
+                scale: shape.scale,
+                softcap: shape.softcap,
+            };
+            head_attention(
+                &kv[h / group],
+                d,
+                shape.window,
+                qh,
+                qd,
+                n,
+                pos0,
+                map,
+                &mut o,
+            );
             o
         })
         .collect();
@@ -287,16 +303,18 @@ mod tests {
 
     /// Tiled attention equals a direct softmax (f64) over each query's visible keys, across
     /// tiles, blocks after a long context, sliding windows (with the positions before the
-    /// window dropped from the cache), and every cache element type.
+    /// window dropped from the cache), every cache element type, and soft-capped scores.
     #[test]
     fn tiles_with_a_running_softmax_equal_the_direct_softmax() {
-        for (window, dtype, d) in [
-            (None, Dtype::F32, 4),
-            (None, Dtype::F16, 4),
-            (Some(700), Dtype::F16, 4),
-            (Some(3), Dtype::F32, 4),
-            (None, Dtype::Q8, 32),
-            (Some(700), Dtype::Q8, 32),
+        for (window, dtype, d, cap) in [
+            (None, Dtype::F32, 4, None),
+            (None, Dtype::F16, 4, None),
+            (Some(700), Dtype::F16, 4, None),
+            (Some(3), Dtype::F32, 4, None),
+            (None, Dtype::Q8, 32, None),
+            (Some(700), Dtype::Q8, 32, None),
+            (None, Dtype::F32, 4, Some(0.3)),
+            (Some(700), Dtype::F16, 4, Some(0.3)),
         ] {
             let (pos0, n) = (1100, 300);
             let keys = noise((pos0 + n) * d, 1);
@@ -340,6 +358,7 @@ mod tests {
                 n_heads: 1,
                 dim: d,
                 scale: 0.5,
+                softcap: cap,
                 window,
             };
             let q = noise(n * d, 3);
@@ -355,6 +374,7 @@ mod tests {
                             .sum::<f64>()
                             * 0.5
                     })
+                    .map(|x| cap.map_or(x, |c| c as f64 * (x / c as f64).tanh()))
                     .collect();
                 let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let z: f64 = s.iter().map(|x| (x - m).exp()).sum();
@@ -389,6 +409,7 @@ mod tests {
             n_heads: 2,
             dim: d,
             scale: 1.0,
+            softcap: None,
             window: None,
         };
         let q = vec![1.0f32; n * 2 * d];
