@@ -3,7 +3,8 @@
 //! [`crate::config::LayerSpec`] say. With `N` the layer's RMSNorms:
 //!
 //! - `q = rope(qn(Wq N_attn(x)))`, `k = rope(kn(Wk N_attn(x)))`, `v = Wv N_attn(x)`
-//!   (`qn`, `kn`: per-head QK-norm where the family has it, identity elsewhere);
+//!   (`qn`, `kn`: per-head QK-norm where the family has it, identity elsewhere; `rope`: the
+//!   identity on a NoPE layer);
 //! - `x += N_post_attn(Wo attend(q, k, v))`;
 //! - `x += N_post_ffn(Wd (act(Wg N_ffn(x)) * Wu N_ffn(x)))`
 //!   (`N_post_*`: post-norm families only).
@@ -12,8 +13,9 @@
 //! caller's [`Attend`].
 
 use crate::model::Model;
-use crate::ops::{gated, rms_norm, rms_norm_inplace, rope_inplace, Rope};
+use crate::ops::{gated, rms_norm, rms_norm_inplace};
 use crate::qlinear::{ActPrecision, Q8Acts, QLinear};
+use crate::rope::{rope_inplace, Rope};
 use crate::Result;
 
 /// What a layer does with its queries, keys and values (RoPE applied) of `n` rows at
@@ -49,15 +51,18 @@ pub(crate) struct Buffers {
     gu: Vec<f32>,
     /// Activations prepared for the quantized kernels (single rows).
     pub(crate) acts: Q8Acts,
-    /// RoPE tables of the rows, `n x rope_dim / 2`, and what they were computed for.
+    /// Positions the session holds: which of longrope's factor sets applies.
+    context: usize,
+    /// RoPE tables of the rows, `n x rope_dim / 2`, and what they were computed for (the
+    /// address of the model's [`Rope`], the first position, the rows).
     rope: Vec<(f32, f32)>,
-    rope_for: Option<(Rope, usize, usize)>,
+    rope_for: Option<(usize, usize, usize)>,
     table: Vec<(f32, f32)>,
 }
 
 impl Buffers {
-    /// Buffers for `capacity` rows of `model`.
-    pub(crate) fn new(model: &Model, capacity: usize) -> Self {
+    /// Buffers for `capacity` rows of `model`, in a session of `context` positions.
+    pub(crate) fn new(model: &Model, capacity: usize, context: usize) -> Self {
         let c = &model.config;
         let (qd, kvd) = (c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
         let z = |w: usize| vec![0.0f32; capacity * w];
@@ -73,6 +78,7 @@ impl Buffers {
                 precision: model.activations,
                 ..Default::default()
             },
+            context,
             rope: Vec::new(),
             rope_for: None,
             table: Vec::new(),
@@ -81,8 +87,9 @@ impl Buffers {
 
     /// RoPE tables for rows at `pos0..pos0 + n`, recomputed only when the layer's RoPE or the
     /// positions change (decoding computes them once per step, Gemma twice).
-    fn rope_tables(&mut self, rope: Rope, pos0: usize, n: usize) {
-        if self.rope_for == Some((rope, pos0, n)) {
+    fn rope_tables(&mut self, rope: &Rope, pos0: usize, n: usize) {
+        let key = (rope as *const Rope as usize, pos0, n);
+        if self.rope_for == Some(key) {
             return;
         }
         self.rope.clear();
@@ -90,7 +97,7 @@ impl Buffers {
             rope.table(pos0 + i, &mut self.table);
             self.rope.extend_from_slice(&self.table);
         }
-        self.rope_for = Some((rope, pos0, n));
+        self.rope_for = Some(key);
     }
 }
 
@@ -147,8 +154,10 @@ pub(crate) fn forward(
         let row = i * e..(i + 1) * e;
         rms_norm(&r.x[row.clone()], &blk.attn_norm, eps, &mut r.h[row]);
     }
-    let rope = model.rope(l);
-    r.rope_tables(rope, pos0, n);
+    let rope = model.rope(l, r.context);
+    if let Some(rope) = rope {
+        r.rope_tables(rope, pos0, n);
+    }
     let qkv = &mut r.qkv[..n * (qd + 2 * kvd)];
     products(
         &mut r.acts,
@@ -163,11 +172,13 @@ pub(crate) fn forward(
         norm_pieces(q, qn, eps);
         norm_pieces(k, kn, eps);
     }
-    let half = rope.dim / 2;
-    for i in 0..n {
-        let table = &r.rope[i * half..(i + 1) * half];
-        rope_inplace(&mut q[i * qd..(i + 1) * qd], d, table, rope.style);
-        rope_inplace(&mut k[i * kvd..(i + 1) * kvd], d, table, rope.style);
+    if let Some(rope) = rope {
+        let half = rope.inv_freq.len();
+        for i in 0..n {
+            let table = &r.rope[i * half..(i + 1) * half];
+            rope_inplace(&mut q[i * qd..(i + 1) * qd], d, table, rope.style);
+            rope_inplace(&mut k[i * kvd..(i + 1) * kvd], d, table, rope.style);
+        }
     }
     attend.attend(l, q, k, v, n, pos0, &mut r.att[..n * qd])?;
 

@@ -4,8 +4,9 @@
 use qada_kv::LayerSpan;
 use qada_stats::ModelSignature;
 
-use crate::family::{Family, QueryScale};
+use crate::family::Family;
 use crate::gguf::{GgufFile, Value};
+use crate::rope::{yarn_mscale, RopeScaling};
 use crate::{ModelError, Result};
 
 /// What one layer does differently from the others.
@@ -16,6 +17,8 @@ pub struct LayerSpec {
     /// RoPE base of a sliding layer; `None`: the model's (global) base, which a load option
     /// may override.
     pub local_rope_base: Option<f64>,
+    /// False on a layer without RoPE (SmolLM3's NoPE layers).
+    pub rotary: bool,
 }
 
 impl LayerSpec {
@@ -47,8 +50,13 @@ pub struct ModelConfig {
     pub rope_dim: usize,
     /// RoPE frequency base of the global layers.
     pub rope_base: f64,
-    /// Linear RoPE scaling of the global layers: positions divided by this (1: none).
-    pub rope_linear_factor: f64,
+    /// RoPE scaling of the global layers named by the metadata (`None`, `Linear` or `Yarn`;
+    /// per-pair factors are tensors, which [`crate::Model`] reads).
+    pub rope_scaling: RopeScaling,
+    /// `{arch}.rope.scaling.original_context_length`: the context before extension.
+    pub rope_original_context: Option<usize>,
+    /// `{arch}.rope.scaling.attn_factor`: a factor on cos and sin (longrope).
+    pub rope_attn_factor: Option<f64>,
     /// RMSNorm epsilon.
     pub rms_eps: f32,
     /// Longest context the model was trained for.
@@ -59,6 +67,10 @@ pub struct ModelConfig {
     pub attention_scale: f32,
     /// Factor on token embeddings before the first layer (1 for most families).
     pub embedding_scale: f32,
+    /// `{arch}.attn_logit_softcapping`: scores become `cap tanh(s / cap)` (Gemma 2).
+    pub attn_softcap: Option<f32>,
+    /// `{arch}.final_logit_softcapping`: logits become `cap tanh(z / cap)` (Gemma 2).
+    pub final_softcap: Option<f32>,
     /// One entry per layer.
     pub layers: Vec<LayerSpec>,
 }
@@ -185,7 +197,25 @@ impl ModelConfig {
             ));
         }
         let rope_base = m.number_or("rope.freq_base", 10_000.0, 1.0)?;
-        let rope_linear_factor = rope_scaling(&m)?;
+        let rope_original_context = match m.has("rope.scaling.original_context_length") {
+            true => Some(m.dim("rope.scaling.original_context_length")?),
+            false => None,
+        };
+        let rope_scaling = rope_scaling(&m, rope_original_context)?;
+        let rope_attn_factor = match m.has("rope.scaling.attn_factor") {
+            true => Some(m.number_or("rope.scaling.attn_factor", 1.0, 0.0)?),
+            false => None,
+        };
+        let softcap = |k: &str| -> Result<Option<f32>> {
+            Ok(match m.has(k) {
+                true => Some(m.number_or(k, 0.0, 0.0)? as f32),
+                false => None,
+            })
+        };
+        let (attn_softcap, final_softcap) = (
+            softcap("attn_logit_softcapping")?,
+            softcap("final_logit_softcapping")?,
+        );
         let eps_key = m.key("attention.layer_norm_rms_epsilon");
         let rms_eps = f.get_f64(&eps_key)? as f32;
         if !(rms_eps.is_finite() && rms_eps > 0.0) {
@@ -201,11 +231,9 @@ impl ModelConfig {
         };
         let context_length = m.dim("context_length")?;
         let layers = layer_specs(&m, n_layers, context_length)?;
-        let attention_scale = match family.query_scale {
-            QueryScale::InvSqrtHeadDim => 1.0 / (head_dim as f32).sqrt(),
-            QueryScale::Gemma3 if n_layers == 62 => 1.0 / ((n_embd / n_heads) as f32).sqrt(),
-            QueryScale::Gemma3 => 1.0 / (head_dim as f32).sqrt(),
-        };
+        let attention_scale = family
+            .query_scale
+            .factor(n_layers, head_dim, n_embd / n_heads);
         Ok(ModelConfig {
             family,
             n_layers,
@@ -216,7 +244,9 @@ impl ModelConfig {
             head_dim,
             rope_dim,
             rope_base,
-            rope_linear_factor,
+            rope_scaling,
+            rope_original_context,
+            rope_attn_factor,
             rms_eps,
             context_length,
             vocab_size,
@@ -226,6 +256,8 @@ impl ModelConfig {
             } else {
                 1.0
             },
+            attn_softcap,
+            final_softcap,
             layers,
         })
     }
@@ -258,56 +290,82 @@ impl ModelConfig {
     }
 }
 
-/// `{arch}.rope.scaling.type` and its factor: linear scaling is implemented (positions
-/// divided by the factor); any other type is refused, never ignored.
-fn rope_scaling(m: &Meta<'_>) -> Result<f64> {
+/// `{arch}.rope.scaling.type` and its parameters: linear and YaRN are implemented; any other
+/// type is refused, never ignored. (Longrope has no type key: its factors are tensors.)
+fn rope_scaling(m: &Meta<'_>, original_context: Option<usize>) -> Result<RopeScaling> {
     let kind = match m.has("rope.scaling.type") {
         true => m.f.get_str(&m.key("rope.scaling.type"))?.to_string(),
         false if m.has("rope.scale_linear") => "linear".into(),
         false => "none".into(),
     };
     match kind.as_str() {
-        "none" => Ok(1.0),
+        "none" => Ok(RopeScaling::None),
         "linear" => {
             let key = if m.has("rope.scaling.factor") {
                 "rope.scaling.factor"
             } else {
                 "rope.scale_linear"
             };
-            m.number_or(key, 1.0, 0.0)
+            Ok(RopeScaling::Linear {
+                factor: m.number_or(key, 1.0, 0.0)?,
+            })
+        }
+        "yarn" => {
+            let factor = m.number_or("rope.scaling.factor", 1.0, 0.0)?;
+            let Some(original) = original_context else {
+                return Err(ModelError::MissingKey(
+                    m.key("rope.scaling.original_context_length"),
+                ));
+            };
+            Ok(RopeScaling::Yarn {
+                factor,
+                original_context: original as f64,
+                beta_fast: m.number_or("rope.scaling.yarn_beta_fast", 32.0, 0.0)?,
+                beta_slow: m.number_or("rope.scaling.yarn_beta_slow", 1.0, 0.0)?,
+                // times the file's rope.scaling.attn_factor, which the model applies to
+                // every kind of scaling
+                mscale: yarn_mscale(factor),
+            })
         }
         other => Err(bad(
             m.key("rope.scaling.type"),
             format!("{other:?}"),
-            "RoPE scaling other than \"linear\" is not implemented; running without it would \
-             give wrong results past the original context"
+            "RoPE scaling other than \"linear\" and \"yarn\" is not implemented; running \
+             without it would give wrong results past the original context"
                 .into(),
         )),
     }
 }
 
-/// The per-layer description: spans from `{arch}.attention.sliding_window` and the family's
-/// pattern (or the file's `{arch}.attention.sliding_window_pattern`), RoPE bases of the
-/// sliding layers.
+/// The per-layer description: spans from `{arch}.attention.sliding_window` (0: none) and the
+/// family's pattern (or the file's `{arch}.attention.sliding_window_pattern`), RoPE bases of
+/// the sliding layers, the family's NoPE layers.
 fn layer_specs(m: &Meta<'_>, n_layers: usize, context_length: usize) -> Result<Vec<LayerSpec>> {
-    let global = LayerSpec {
+    let family = Family::by_name(m.arch).expect("the caller found the family");
+    let rotary = |l: usize| family.nope_every.is_none_or(|n| !(l + 1).is_multiple_of(n));
+    let global = |l: usize| LayerSpec {
         span: LayerSpan::Full,
         local_rope_base: None,
+        rotary: rotary(l),
     };
-    if !m.has("attention.sliding_window") {
-        return Ok(vec![global; n_layers]);
+    let key = m.key("attention.sliding_window");
+    let window = match m.has("attention.sliding_window") {
+        true => m.f.get_u64(&key)?,
+        false => 0,
+    };
+    if window == 0 {
+        return Ok((0..n_layers).map(global).collect());
     }
-    let Some(family) = Family::by_name(m.arch).and_then(|f| f.sliding) else {
+    let Some(sliding) = family.sliding else {
         return Err(bad(
-            m.key("attention.sliding_window"),
-            "present",
+            key,
+            window,
             format!(
                 "the {} family has no sliding-window layers in this build",
                 m.arch
             ),
         ));
     };
-    let key = m.key("attention.sliding_window");
     let window = m.dim("attention.sliding_window")?;
     if window > context_length {
         return Err(bad(
@@ -316,12 +374,18 @@ fn layer_specs(m: &Meta<'_>, n_layers: usize, context_length: usize) -> Result<V
             format!("must be at most the context length {context_length}"),
         ));
     }
-    let local_base = m.number_or("rope.freq_base_swa", family.local_rope_base, 1.0)?;
+    let local_base = match (m.has("rope.freq_base_swa"), sliding.local_rope_base) {
+        (false, None) => None,
+        (_, default) => Some(m.number_or("rope.freq_base_swa", default.unwrap_or(0.0), 1.0)?),
+    };
     let pattern_key = m.key("attention.sliding_window_pattern");
+    let every = |n: Option<usize>| -> Vec<bool> {
+        (0..n_layers)
+            .map(|l| n.is_none_or(|n| !(l + 1).is_multiple_of(n)))
+            .collect()
+    };
     let sliding_layer: Vec<bool> = match m.f.get(&pattern_key) {
-        None => (0..n_layers)
-            .map(|l| (l + 1) % family.global_every != 0)
-            .collect(),
+        None => every(sliding.global_every),
         Some(Value::Array(_, items)) => {
             if items.len() != n_layers {
                 return Err(bad(
@@ -342,19 +406,18 @@ fn layer_specs(m: &Meta<'_>, n_layers: usize, context_length: usize) -> Result<V
                 })
                 .collect::<Result<_>>()?
         }
-        Some(_) => {
-            let every = m.dim("attention.sliding_window_pattern")?;
-            (0..n_layers).map(|l| (l + 1) % every != 0).collect()
-        }
+        Some(_) => every(Some(m.dim("attention.sliding_window_pattern")?)),
     };
     Ok(sliding_layer
         .into_iter()
-        .map(|s| match s {
+        .enumerate()
+        .map(|(l, s)| match s {
             true => LayerSpec {
                 span: LayerSpan::Sliding(window),
-                local_rope_base: Some(local_base),
+                local_rope_base: local_base,
+                rotary: rotary(l),
             },
-            false => global,
+            false => global(l),
         })
         .collect())
 }

@@ -119,6 +119,18 @@ pub enum ModelError {
         supported: String,
     },
 
+    /// A metadata key or a tensor this build does not use, which may change what the file
+    /// computes: the file is refused rather than run with part of its meaning ignored.
+    #[error("{what} {name:?} is not understood by this build: {reason}; running without it could give wrong results, so the file is refused")]
+    NotUnderstood {
+        /// "metadata key" or "tensor".
+        what: &'static str,
+        /// The key or tensor name.
+        name: String,
+        /// What it would mean, and what to do.
+        reason: String,
+    },
+
     /// A tensor holds NaN or infinite values.
     #[error("tensor {name:?} holds a non-finite value at element {index}")]
     NonFinite {

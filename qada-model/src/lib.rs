@@ -54,6 +54,7 @@
 mod error;
 pub mod gguf;
 pub mod quant;
+mod strict;
 
 pub use error::{ModelError, Result};
 pub mod config;
@@ -68,6 +69,7 @@ pub mod known_models;
 pub mod model;
 pub mod ops;
 pub mod probe;
+pub mod rope;
 pub mod session;
 
 pub use model::{LoadOptions, Model, WeightFormat};

@@ -5,14 +5,17 @@
 //! embedding doubles as the output head when `output.weight` is absent. The forward pass is
 //! in `block.rs`.
 
+use std::cell::RefCell;
+use std::collections::HashSet;
 use std::path::Path;
 
 use qada_stats::ModelSignature;
 
 use crate::config::ModelConfig;
-use crate::gguf::GgufFile;
-use crate::ops::Rope;
+use crate::gguf::{GgufFile, TensorInfo};
 use crate::qlinear::QLinear;
+use crate::quant::GgmlType;
+use crate::rope::{Rope, RopeScaling, RopeSet};
 use crate::tokenizer::Tokenizer;
 use crate::{ModelError, Result};
 
@@ -54,6 +57,8 @@ pub struct Model {
     pub output: Option<QLinear>,
     /// RoPE base of the global layers in use (the file's, or an override).
     pub rope_base: f64,
+    /// The RoPE of every kind of layer.
+    pub ropes: RopeSet,
     /// How activations enter quantized products.
     pub activations: crate::qlinear::ActPrecision,
 }
@@ -79,73 +84,225 @@ pub struct LoadOptions {
     pub activations: crate::qlinear::ActPrecision,
 }
 
-fn vector(f: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>> {
-    let (dims, data) = f.tensor_f32(name)?;
-    if data.len() != len || dims.iter().filter(|&&d| d != 1).count() > 1 {
-        return Err(ModelError::TensorShape {
-            name: name.into(),
-            expected: vec![len as u64],
-            found: dims,
-        });
-    }
-    Ok(data)
+/// The file's tensors, with a record of every one the loader reads: what is left unread at
+/// the end is refused ([`Tensors::check_all_read`]).
+struct Tensors<'f> {
+    f: &'f GgufFile,
+    read: RefCell<HashSet<String>>,
 }
 
-fn matrix(
-    f: &GgufFile,
-    name: &str,
-    rows: usize,
-    cols: usize,
-    fmt: WeightFormat,
-    bias: Option<Vec<f32>>,
-) -> Result<QLinear> {
-    let info = f
-        .tensor(name)
-        .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
-    if info.dims != [cols as u64, rows as u64] {
-        return Err(ModelError::TensorShape {
-            name: name.into(),
-            expected: vec![cols as u64, rows as u64],
-            found: info.dims.clone(),
-        });
-    }
-    if fmt == WeightFormat::F32 || info.ty == crate::quant::GgmlType::F32 {
-        let (_, w) = f.tensor_f32(name)?;
-        return QLinear::from_f32(rows, cols, w, bias).map_err(|e| ModelError::Invalid {
-            what: format!("tensor {name:?}"),
-            offset: f.data_offset + info.offset,
-            reason: e.to_string(),
-        });
-    }
-    if !info.ty.can_dequantize() {
-        return Err(ModelError::UnsupportedType {
-            name: name.into(),
-            ty: info.ty.to_string(),
-        });
-    }
-    // every value finite, as the f32 path checks, without an f32 copy of the tensor
-    f.check_finite(name)?;
-    QLinear::from_blocks(rows, cols, info.ty, f.tensor_bytes(info).to_vec(), bias).map_err(|e| {
-        ModelError::Invalid {
-            what: format!("tensor {name:?}"),
-            offset: f.data_offset + info.offset,
-            reason: e.to_string(),
+impl<'f> Tensors<'f> {
+    fn new(f: &'f GgufFile) -> Self {
+        Tensors {
+            f,
+            read: RefCell::new(HashSet::new()),
         }
-    })
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.f.tensor(name).is_some()
+    }
+
+    /// The tensor's entry, recorded as read.
+    fn info(&self, name: &str) -> Result<&'f TensorInfo> {
+        let info = self
+            .f
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+        self.read.borrow_mut().insert(name.into());
+        Ok(info)
+    }
+
+    /// Refuse the file if it holds a tensor the loader did not read.
+    fn check_all_read(&self, arch: &str) -> Result<()> {
+        let read = self.read.borrow();
+        match self.f.tensors().iter().find(|t| !read.contains(&t.name)) {
+            None => Ok(()),
+            Some(t) => Err(ModelError::NotUnderstood {
+                what: "tensor",
+                name: t.name.clone(),
+                reason: format!(
+                    "no part of a {arch} model that this build runs reads it (an adapter, an \
+                     extra head or a feature not implemented)"
+                ),
+            }),
+        }
+    }
+
+    /// A 1-D tensor of `len` values.
+    fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        let info = self.info(name)?;
+        let (dims, data) = self.f.tensor_f32(name)?;
+        if data.len() != len || dims.iter().filter(|&&d| d != 1).count() > 1 {
+            return Err(ModelError::TensorShape {
+                name: name.into(),
+                expected: vec![len as u64],
+                found: info.dims.clone(),
+            });
+        }
+        Ok(data)
+    }
+
+    /// `name.weight` (with `name.bias` where the file has one), `cols` wide, cut into
+    /// matrices of `parts` rows each, in order: one part for a plain matrix, several for a
+    /// fused one (Phi-3's `attn_qkv`, its gate and up in `ffn_up`).
+    fn linears(
+        &self,
+        name: &str,
+        parts: &[usize],
+        cols: usize,
+        fmt: WeightFormat,
+    ) -> Result<Vec<QLinear>> {
+        let rows: usize = parts.iter().sum();
+        let bias_name = format!("{name}.bias");
+        let bias = match self.has(&bias_name) {
+            true => Some(self.vector(&bias_name, rows)?),
+            false => None,
+        };
+        let name = format!("{name}.weight");
+        let info = self.info(&name)?;
+        if info.dims != [cols as u64, rows as u64] {
+            return Err(ModelError::TensorShape {
+                name,
+                expected: vec![cols as u64, rows as u64],
+                found: info.dims.clone(),
+            });
+        }
+        let invalid = |e: ModelError| ModelError::Invalid {
+            what: format!("tensor {name:?}"),
+            offset: self.f.data_offset + info.offset,
+            reason: e.to_string(),
+        };
+        let bias_of = |r0: usize, n: usize| bias.as_ref().map(|b| b[r0..r0 + n].to_vec());
+        let mut out = Vec::with_capacity(parts.len());
+        let mut r0 = 0;
+        if fmt == WeightFormat::F32 || info.ty == GgmlType::F32 {
+            let (_, w) = self.f.tensor_f32(&name)?;
+            for &n in parts {
+                let rows_w = w[r0 * cols..(r0 + n) * cols].to_vec();
+                out.push(QLinear::from_f32(n, cols, rows_w, bias_of(r0, n)).map_err(invalid)?);
+                r0 += n;
+            }
+            return Ok(out);
+        }
+        if !info.ty.can_dequantize() {
+            return Err(ModelError::UnsupportedType {
+                name,
+                ty: info.ty.to_string(),
+            });
+        }
+        // every value finite, as the f32 path checks, without an f32 copy of the tensor
+        self.f.check_finite(&name)?;
+        let bytes = self.f.tensor_bytes(info);
+        // rows are whole blocks (QLinear checks `cols`), so a row is `len / rows` bytes
+        let row_bytes = bytes.len() / rows;
+        for &n in parts {
+            let part = bytes[r0 * row_bytes..(r0 + n) * row_bytes].to_vec();
+            out.push(
+                QLinear::from_blocks(n, cols, info.ty, part, bias_of(r0, n)).map_err(invalid)?,
+            );
+            r0 += n;
+        }
+        Ok(out)
+    }
+
+    /// `name.weight` as one `rows x cols` matrix.
+    fn linear(&self, name: &str, rows: usize, cols: usize, fmt: WeightFormat) -> Result<QLinear> {
+        Ok(self.linears(name, &[rows], cols, fmt)?.remove(0))
+    }
+
+    /// Per-pair RoPE factors of a tensor, when the file has it.
+    fn rope_factors(&self, name: &str, pairs: usize) -> Result<Option<Vec<f64>>> {
+        if !self.has(name) {
+            return Ok(None);
+        }
+        let v = self.vector(name, pairs)?;
+        if let Some(bad) = v.iter().find(|x| !(x.is_finite() && **x > 0.0)) {
+            return Err(ModelError::Invalid {
+                what: format!("tensor {name:?}"),
+                offset: self.f.data_offset + self.info(name)?.offset,
+                reason: format!("a RoPE factor must be a positive number, found {bad}"),
+            });
+        }
+        Ok(Some(v.into_iter().map(f64::from).collect()))
+    }
 }
 
-fn linear(
-    f: &GgufFile,
-    name: &str,
-    rows: usize,
-    cols: usize,
-    fmt: WeightFormat,
-) -> Result<QLinear> {
-    let bias = match f.tensor(&format!("{name}.bias")) {
-        Some(_) => Some(vector(f, &format!("{name}.bias"), rows)?),
-        None => None,
+/// The RoPE of every kind of layer, from the metadata's scaling and the factor tensors:
+/// `rope_freqs.weight` (Llama 3) divides the frequencies of the global layers; longrope's
+/// `rope_factors_short/long.weight` (Phi-3) give two sets, the long one for contexts past the
+/// original.
+fn ropes(t: &Tensors<'_>, c: &ModelConfig, base: f64) -> Result<RopeSet> {
+    let (dim, style) = (c.rope_dim, c.family.rope_style);
+    let attn = c.rope_attn_factor.unwrap_or(1.0);
+    let with_attn = |mut r: Rope| {
+        r.mscale *= attn;
+        r
     };
-    matrix(f, &format!("{name}.weight"), rows, cols, fmt, bias)
+    let freqs = t.rope_factors("rope_freqs.weight", dim / 2)?;
+    let short = t.rope_factors("rope_factors_short.weight", dim / 2)?;
+    let long = t.rope_factors("rope_factors_long.weight", dim / 2)?;
+    let not_with = |what: &str| ModelError::NotUnderstood {
+        what: "tensor",
+        name: what.into(),
+        reason: format!(
+            "RoPE factors together with {:?} scaling are not implemented",
+            c.rope_scaling
+        ),
+    };
+    let scaling = match (&c.rope_scaling, freqs) {
+        (s, None) => s.clone(),
+        (RopeScaling::None, Some(factors)) => RopeScaling::Factors {
+            factors,
+            mscale: 1.0,
+        },
+        (RopeScaling::Linear { factor }, Some(f)) => RopeScaling::Factors {
+            factors: f.iter().map(|x| x * factor).collect(),
+            mscale: 1.0,
+        },
+        (_, Some(_)) => return Err(not_with("rope_freqs.weight")),
+    };
+    let mut set = RopeSet {
+        global: with_attn(Rope::new(base, dim, style, &scaling)),
+        long: None,
+        local: c
+            .layers
+            .iter()
+            .find_map(|l| l.local_rope_base)
+            .map(|b| Rope::new(b, dim, style, &RopeScaling::None)),
+    };
+    match (short, long) {
+        (None, None) => {}
+        (Some(short), Some(long)) => {
+            if scaling != RopeScaling::None {
+                return Err(not_with("rope_factors_long.weight"));
+            }
+            let key = format!("{}.rope.scaling.original_context_length", c.family.name);
+            let original = c.rope_original_context.ok_or(ModelError::MissingKey(key))?;
+            // HF's longrope attention factor when the file has none
+            let s = c.context_length as f64 / original as f64;
+            let mscale = match c.rope_attn_factor {
+                Some(_) => 1.0,
+                None if s <= 1.0 => 1.0,
+                None => (1.0 + s.ln() / (original as f64).ln()).sqrt(),
+            };
+            let factors = |factors| RopeScaling::Factors { factors, mscale };
+            set.global = with_attn(Rope::new(base, dim, style, &factors(short)));
+            set.long = Some((
+                original,
+                with_attn(Rope::new(base, dim, style, &factors(long))),
+            ));
+        }
+        (Some(_), None) => {
+            return Err(ModelError::MissingTensor("rope_factors_long.weight".into()))
+        }
+        (None, Some(_)) => {
+            return Err(ModelError::MissingTensor(
+                "rope_factors_short.weight".into(),
+            ))
+        }
+    }
+    Ok(set)
 }
 
 impl Model {
@@ -168,49 +325,60 @@ impl Model {
                     .into(),
             });
         }
+        crate::strict::check_keys(f, c.family.name)?;
+        let t = Tensors::new(f);
         let fmt = opts.weights;
-        let embedding = matrix(f, "token_embd.weight", c.vocab_size, c.n_embd, fmt, None)?;
-        let kv = c.n_kv_heads * c.head_dim;
+        let embedding = t.linear("token_embd", c.vocab_size, c.n_embd, fmt)?;
+        let (qd, kv) = (c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
         let fam = c.family;
         let mut blocks = Vec::with_capacity(c.n_layers);
         for l in 0..c.n_layers {
             let p = format!("blk.{l}");
             let norm = |name: &str, len: usize, has: bool| -> Result<Option<Vec<f32>>> {
-                has.then(|| vector(f, &format!("{p}.{name}.weight"), len))
+                has.then(|| t.vector(&format!("{p}.{name}.weight"), len))
                     .transpose()
             };
+            let name = |n: &str| format!("{p}.{n}");
+            // Q, K, V and gate, up: separate, or fused in one tensor (Phi-3)
+            let [q, k, v]: [QLinear; 3] = match t.has(&name("attn_qkv.weight")) {
+                true => t.linears(&name("attn_qkv"), &[qd, kv, kv], c.n_embd, fmt)?,
+                false => vec![
+                    t.linear(&name("attn_q"), qd, c.n_embd, fmt)?,
+                    t.linear(&name("attn_k"), kv, c.n_embd, fmt)?,
+                    t.linear(&name("attn_v"), kv, c.n_embd, fmt)?,
+                ],
+            }
+            .try_into()
+            .expect("three parts");
+            let [gate, up]: [QLinear; 2] = match t.has(&name("ffn_gate.weight")) {
+                true => vec![
+                    t.linear(&name("ffn_gate"), c.n_ff, c.n_embd, fmt)?,
+                    t.linear(&name("ffn_up"), c.n_ff, c.n_embd, fmt)?,
+                ],
+                false => t.linears(&name("ffn_up"), &[c.n_ff, c.n_ff], c.n_embd, fmt)?,
+            }
+            .try_into()
+            .expect("two parts");
             blocks.push(Block {
                 q_norm: norm("attn_q_norm", c.head_dim, fam.qk_norm)?,
                 k_norm: norm("attn_k_norm", c.head_dim, fam.qk_norm)?,
                 post_attn_norm: norm("post_attention_norm", c.n_embd, fam.post_norms)?,
                 post_ffn_norm: norm("post_ffw_norm", c.n_embd, fam.post_norms)?,
-                attn_norm: vector(f, &format!("{p}.attn_norm.weight"), c.n_embd)?,
-                q: linear(
-                    f,
-                    &format!("{p}.attn_q"),
-                    c.n_heads * c.head_dim,
-                    c.n_embd,
-                    fmt,
-                )?,
-                k: linear(f, &format!("{p}.attn_k"), kv, c.n_embd, fmt)?,
-                v: linear(f, &format!("{p}.attn_v"), kv, c.n_embd, fmt)?,
-                o: linear(
-                    f,
-                    &format!("{p}.attn_output"),
-                    c.n_embd,
-                    c.n_heads * c.head_dim,
-                    fmt,
-                )?,
-                ffn_norm: vector(f, &format!("{p}.ffn_norm.weight"), c.n_embd)?,
-                gate: linear(f, &format!("{p}.ffn_gate"), c.n_ff, c.n_embd, fmt)?,
-                up: linear(f, &format!("{p}.ffn_up"), c.n_ff, c.n_embd, fmt)?,
-                down: linear(f, &format!("{p}.ffn_down"), c.n_embd, c.n_ff, fmt)?,
+                attn_norm: t.vector(&name("attn_norm.weight"), c.n_embd)?,
+                q,
+                k,
+                v,
+                o: t.linear(&name("attn_output"), c.n_embd, qd, fmt)?,
+                ffn_norm: t.vector(&name("ffn_norm.weight"), c.n_embd)?,
+                gate,
+                up,
+                down: t.linear(&name("ffn_down"), c.n_embd, c.n_ff, fmt)?,
             });
         }
-        let output_norm = vector(f, "output_norm.weight", c.n_embd)?;
-        let output = match f.tensor("output.weight") {
-            Some(_) => Some(linear(f, "output", c.vocab_size, c.n_embd, fmt)?),
-            None => None,
+        let output_norm = t.vector("output_norm.weight", c.n_embd)?;
+        let output = match t.has("output.weight") {
+            true => Some(t.linear("output", c.vocab_size, c.n_embd, fmt)?),
+            false => None,
         };
         let rope_base = opts.rope_base.unwrap_or(c.rope_base);
         if !(rope_base.is_finite() && rope_base > 1.0) {
@@ -218,6 +386,8 @@ impl Model {
                 "rope base {rope_base} must be a finite number above 1"
             )));
         }
+        let ropes = ropes(&t, c, rope_base)?;
+        t.check_all_read(fam.name)?;
         Ok(Model {
             config,
             tokenizer,
@@ -226,25 +396,14 @@ impl Model {
             output_norm,
             output,
             rope_base,
+            ropes,
             activations: opts.activations,
         })
     }
 
-    /// RoPE of layer `l`: a sliding layer's own base, else the global base in use with the
-    /// file's linear scaling.
-    pub fn rope(&self, l: usize) -> Rope {
-        let c = &self.config;
-        let local = c.layers.get(l).and_then(|s| s.local_rope_base);
-        Rope {
-            base: local.unwrap_or(self.rope_base),
-            dim: c.rope_dim,
-            factor: if local.is_some() {
-                1.0
-            } else {
-                c.rope_linear_factor
-            },
-            style: c.family.rope_style,
-        }
+    /// RoPE of layer `l` in a session of `context` positions (`None` on a NoPE layer).
+    pub fn rope(&self, l: usize, context: usize) -> Option<&Rope> {
+        self.ropes.for_layer(self.config.layers.get(l)?, context)
     }
 
     /// What calibration files made for this model must match.

@@ -3,7 +3,7 @@
 use qada_core::attention::fast_exp;
 use rayon::prelude::*;
 
-use crate::family::{Activation, RopeStyle};
+use crate::family::Activation;
 
 /// `1 / sqrt(mean(x^2) + eps)`, the sum of squares in f64.
 fn rms_factor(x: &[f32], eps: f32) -> f32 {
@@ -24,79 +24,6 @@ pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
     let inv = rms_factor(x, eps);
     for (o, &wi) in x.iter_mut().zip(w) {
         *o = *o * inv * wi;
-    }
-}
-
-/// RoPE of one layer: pair `j` of a head turns by `theta_j(pos) = (pos / factor) *
-/// base^(-2j / dim)`; `factor` is linear RoPE scaling (1: none).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Rope {
-    /// Frequency base.
-    pub base: f64,
-    /// Rotated dimensions per head (the leading ones).
-    pub dim: usize,
-    /// Linear scaling: positions divided by it.
-    pub factor: f64,
-    /// How dimensions are paired.
-    pub style: RopeStyle,
-}
-
-impl Rope {
-    /// Sin and cos of every angle at `pos`, `dim / 2` pairs.
-    pub fn table(&self, pos: usize, out: &mut Vec<(f32, f32)>) {
-        out.clear();
-        let p = pos as f64 / self.factor;
-        for j in 0..self.dim / 2 {
-            let theta = p * self.base.powf(-2.0 * j as f64 / self.dim as f64);
-            let (s, c) = theta.sin_cos();
-            out.push((s as f32, c as f32));
-        }
-    }
-}
-
-/// Rotate one head of `rope_dim` leading dimensions for position `pos`:
-/// pair `j` (of `rope_dim / 2`) turns by `pos * base^(-2j / rope_dim)`.
-pub fn rope(x: &[f32], y: &mut [f32], pos: usize, base: f64, rope_dim: usize, style: RopeStyle) {
-    y.copy_from_slice(x);
-    let half = rope_dim / 2;
-    for j in 0..half {
-        let theta = pos as f64 * base.powf(-2.0 * j as f64 / rope_dim as f64);
-        let (s, c) = theta.sin_cos();
-        let (s, c) = (s as f32, c as f32);
-        let (a, b) = match style {
-            RopeStyle::Interleaved => (2 * j, 2 * j + 1),
-            RopeStyle::Halves => (j, j + half),
-        };
-        let (x0, x1) = (x[a], x[b]);
-        y[a] = x0 * c - x1 * s;
-        y[b] = x0 * s + x1 * c;
-    }
-}
-
-/// Sin and cos of every RoPE angle at one position, `rope_dim / 2` pairs.
-pub fn rope_table(pos: usize, base: f64, rope_dim: usize, out: &mut Vec<(f32, f32)>) {
-    let rope = Rope {
-        base,
-        dim: rope_dim,
-        factor: 1.0,
-        style: RopeStyle::Halves, // the table does not depend on the pairing
-    };
-    rope.table(pos, out)
-}
-
-/// Apply precomputed RoPE angles in place to every head of `x` (heads of `head_dim`).
-pub fn rope_inplace(x: &mut [f32], head_dim: usize, table: &[(f32, f32)], style: RopeStyle) {
-    let half = table.len();
-    for head in x.chunks_exact_mut(head_dim) {
-        for (j, &(s, c)) in table.iter().enumerate() {
-            let (a, b) = match style {
-                RopeStyle::Interleaved => (2 * j, 2 * j + 1),
-                RopeStyle::Halves => (j, j + half),
-            };
-            let (x0, x1) = (head[a], head[b]);
-            head[a] = x0 * c - x1 * s;
-            head[b] = x0 * s + x1 * c;
-        }
     }
 }
 
@@ -229,22 +156,6 @@ mod tests {
         }
     }
 
-    #[test]
-    fn linear_rope_scaling_divides_the_position() {
-        let r = Rope {
-            base: 1e4,
-            dim: 8,
-            factor: 4.0,
-            style: RopeStyle::Halves,
-        };
-        let (mut scaled, mut plain) = (Vec::new(), Vec::new());
-        r.table(12, &mut scaled);
-        rope_table(3, 1e4, 8, &mut plain);
-        assert_eq!(scaled, plain);
-        Rope { factor: 1.0, ..r }.table(12, &mut scaled);
-        assert_ne!(scaled, plain);
-    }
-
     proptest::proptest! {
         /// The gated activations agree with their library-call definitions
         /// (`g / (1 + exp(-g))`, `g/2 (1 + tanh(y))`) to f32 precision, overflow included.
@@ -294,21 +205,5 @@ mod tests {
         let mut z = x.clone();
         rms_norm_inplace(&mut z, &w, 1e-6);
         assert_eq!(y, z);
-    }
-
-    #[test]
-    fn rope_at_position_zero_is_identity_and_preserves_norm() {
-        let x: Vec<f32> = (0..8).map(|i| i as f32 - 3.5).collect();
-        let mut y = vec![0.0; 8];
-        rope(&x, &mut y, 0, 1e4, 8, RopeStyle::Interleaved);
-        assert_eq!(x, y);
-        rope(&x, &mut y, 17, 1e4, 8, RopeStyle::Halves);
-        let n = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>();
-        assert!((n(&x) - n(&y)).abs() < 1e-3);
-        let mut z = x.clone();
-        let mut t = vec![];
-        rope_table(17, 1e4, 8, &mut t);
-        rope_inplace(&mut z, 8, &t, RopeStyle::Halves);
-        assert_eq!(z, y);
     }
 }

@@ -133,7 +133,7 @@ impl<'m> Session<'m> {
             criterion: opts.criterion,
             accounting: Accounting::new(c.n_layers, c.n_heads),
             prefilled: false,
-            rows: Buffers::new(model, 1),
+            rows: Buffers::new(model, 1, capacity),
             logits: vec![0.0; c.vocab_size],
             layer_scratch: LayerScratch::with_capacity(
                 c.n_kv_heads,
@@ -289,7 +289,11 @@ impl<'m> Session<'m> {
             &mut r.h[..c.n_embd],
         );
         r.acts.quantize(&r.h[..c.n_embd]);
-        model.output_head().matvec(&r.acts, &mut self.logits)
+        model.output_head().matvec(&r.acts, &mut self.logits)?;
+        if let Some(cap) = c.final_softcap {
+            qada_core::attention::softcap(&mut self.logits, cap);
+        }
+        Ok(())
     }
 
     /// The residual stream of the last prompt token after every layer (row 0: embedding),
@@ -321,7 +325,7 @@ impl<'m> Session<'m> {
         let model = self.model;
         let e = model.config.n_embd;
         let block_len = PREFILL_BLOCK.min(tokens.len());
-        let mut rows = Buffers::new(model, block_len);
+        let mut rows = Buffers::new(model, block_len, self.cache.shape().capacity);
         let n_blocks = tokens.len().div_ceil(block_len);
         let mut last = vec![0.0; e];
         for (bi, block) in tokens.chunks(block_len).enumerate() {
@@ -426,6 +430,7 @@ impl Attend for PrefillAttention<'_> {
             n_heads: c.n_heads,
             dim: c.head_dim,
             scale: c.attention_scale,
+            softcap: c.attn_softcap,
             window: c.layers[layer].span.window(),
         };
         let mut kv = Vec::with_capacity(c.n_kv_heads);
@@ -482,7 +487,10 @@ impl Attend for DecodeAttention<'_, '_> {
             l,
             q,
             &layer,
-            scale,
+            qada_core::attention::ScoreMap {
+                scale,
+                softcap: c.attn_softcap,
+            },
             self.layer_scratch,
             out,
             self.decisions,

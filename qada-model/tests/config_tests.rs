@@ -4,6 +4,7 @@
 use qada_kv::LayerSpan;
 use qada_model::gguf::writer::GgufWriter;
 use qada_model::gguf::{GgufFile, Value, ValueType};
+use qada_model::rope::RopeScaling;
 use qada_model::{ModelConfig, ModelError};
 
 /// The metadata of a tiny decoder of family `arch` (keys under its prefix), with `overrides`
@@ -182,11 +183,6 @@ fn hostile_head_and_window_keys_name_the_key() {
         ),
         (
             "gemma3.attention.sliding_window",
-            Value::U32(0),
-            "\"gemma3.attention.sliding_window\" = 0",
-        ),
-        (
-            "gemma3.attention.sliding_window",
             Value::U32(65),
             "must be at most the context length 64",
         ),
@@ -210,27 +206,71 @@ fn hostile_head_and_window_keys_name_the_key() {
         assert!(msg.contains(want), "{k}: {msg}");
     }
     // a sliding window in a family without sliding layers
-    let msg = refused(&[("llama.attention.sliding_window", Value::U32(8))]);
+    let msg = refused_in(
+        "qwen2",
+        &[("qwen2.attention.sliding_window", Value::U32(8))],
+    );
     assert!(msg.contains("no sliding-window layers"), "{msg}");
 }
 
 #[test]
-fn rope_scaling_is_linear_or_refused_never_ignored() {
+fn a_window_slides_on_every_llama_layer_and_zero_means_none() {
+    let c = ModelConfig::from_gguf(&tiny_llama(&[(
+        "llama.attention.sliding_window",
+        Value::U32(8),
+    )]))
+    .unwrap();
+    assert!(c.layers.iter().all(|l| l.span == LayerSpan::Sliding(8)));
+    // Phi-3's converter writes 0 for "no window"
+    let c = ModelConfig::from_gguf(&tiny(
+        "phi3",
+        &[("phi3.attention.sliding_window", Value::U32(0))],
+    ))
+    .unwrap();
+    assert!(c.layers.iter().all(|l| l.span == LayerSpan::Full));
+}
+
+#[test]
+fn rope_scaling_is_linear_or_yarn_or_refused_never_ignored() {
     let linear = [
         ("llama.rope.scaling.type", Value::String("linear".into())),
         ("llama.rope.scaling.factor", Value::F32(8.0)),
     ];
     let c = ModelConfig::from_gguf(&tiny_llama(&linear)).unwrap();
-    assert_eq!(c.rope_linear_factor, 8.0);
+    assert_eq!(c.rope_scaling, RopeScaling::Linear { factor: 8.0 });
     let c = ModelConfig::from_gguf(&tiny_llama(&[(
         "llama.rope.scaling.type",
         Value::String("none".into()),
     )]))
     .unwrap();
-    assert_eq!(c.rope_linear_factor, 1.0);
-    let msg = refused(&[("llama.rope.scaling.type", Value::String("yarn".into()))]);
+    assert_eq!(c.rope_scaling, RopeScaling::None);
+    // YaRN needs the original context
+    let yarn = [
+        ("llama.rope.scaling.type", Value::String("yarn".into())),
+        ("llama.rope.scaling.factor", Value::F32(4.0)),
+    ];
+    let e = ModelConfig::from_gguf(&tiny_llama(&yarn)).unwrap_err();
     assert!(
-        msg.contains("\"llama.rope.scaling.type\" = \"yarn\": RoPE scaling other than \"linear\""),
+        e.to_string()
+            .contains("missing metadata key \"llama.rope.scaling.original_context_length\""),
+        "{e}"
+    );
+    let mut with_original = yarn.to_vec();
+    with_original.push(("llama.rope.scaling.original_context_length", Value::U32(32)));
+    let c = ModelConfig::from_gguf(&tiny_llama(&with_original)).unwrap();
+    assert!(matches!(
+        c.rope_scaling,
+        RopeScaling::Yarn {
+            factor: 4.0,
+            original_context: 32.0,
+            ..
+        }
+    ));
+    let msg = refused(&[("llama.rope.scaling.type", Value::String("su".into()))]);
+    assert!(
+        msg.contains(
+            "\"llama.rope.scaling.type\" = \"su\": RoPE scaling other than \"linear\" and \"yarn\""
+        ),
         "{msg}"
     );
     let msg = refused(&[
@@ -245,6 +285,6 @@ fn an_unknown_family_lists_the_ones_this_build_runs() {
     let e = ModelConfig::from_gguf(&tiny("mamba", &[])).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "unsupported architecture \"mamba\" (this build runs: llama, qwen2, gemma3)"
+        "unsupported architecture \"mamba\" (this build runs: llama, qwen2, qwen3, phi3, smollm3, gemma2, gemma3)"
     );
 }

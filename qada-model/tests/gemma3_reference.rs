@@ -17,6 +17,7 @@ use std::sync::OnceLock;
 
 use qada_kv::LayerSpan;
 use qada_model::gguf::GgufFile;
+use qada_model::rope::{Rope, RopeScaling};
 use qada_model::{LoadOptions, Model, Tokenizer};
 use serde_json::Value;
 
@@ -62,9 +63,15 @@ fn hyper_parameters_are_read_from_the_file_and_the_published_configuration() {
     for (l, kind) in a["layer_types"].as_array().unwrap().iter().enumerate() {
         let global = kind == "full_attention";
         assert_eq!(c.layers[l].is_global(), global, "layer {l}");
-        let rope = m.rope(l);
+        let rope = m.rope(l, c.context_length).unwrap();
         let theta = &a["rope_parameters"][kind.as_str().unwrap()]["rope_theta"];
-        assert_eq!(rope.base, theta.as_f64().unwrap(), "layer {l}");
+        let plain = Rope::new(
+            theta.as_f64().unwrap(),
+            c.rope_dim,
+            rope.style,
+            &RopeScaling::None,
+        );
+        assert_eq!(rope, &plain, "layer {l}");
         if !global {
             assert_eq!(c.layers[l].span, LayerSpan::Sliding(512));
         }

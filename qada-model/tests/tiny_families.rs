@@ -1,14 +1,17 @@
-//! Tiny synthetic models of every family (random f32 weights written to a GGUF file in
-//! memory): the one transformer block gives the same logits whether a prompt is prefilled at
-//! once or decoded token by token; a sliding-window layer sees exactly its last `W` tokens;
-//! the tensors a family needs are required and checked against the metadata.
+//! Tiny synthetic models of every family of [`FAMILIES`] (random f32 weights written to a GGUF
+//! file in memory, the tensors each row asks for, split or fused): the one transformer block
+//! gives the same logits whether a prompt is prefilled at once or decoded token by token; a
+//! sliding-window layer sees exactly its last `W` tokens; the tensors a family needs are
+//! required and checked against the metadata; a tensor or key the loader does not read is
+//! refused by name.
 
 use proptest::prelude::*;
 use qada_core::Dense;
 use qada_kv::WindowConfig;
+use qada_model::family::{GEMMA3, LLAMA, QWEN2, QWEN3};
 use qada_model::gguf::writer::GgufWriter;
 use qada_model::gguf::{GgufFile, Value, ValueType};
-use qada_model::{LoadOptions, Model, ModelError, Session, SessionOptions};
+use qada_model::{Family, LoadOptions, Model, ModelError, Session, SessionOptions, FAMILIES};
 
 const VOCAB: usize = 16;
 const EMBD: usize = 8;
@@ -29,17 +32,30 @@ fn weights(n: usize, seed: u64, scale: f32) -> Vec<f32> {
         .collect()
 }
 
-/// A tiny model of family `arch` with `layers` layers; `sliding` adds a sliding window of that
-/// many tokens (gemma3) with the given per-layer pattern (true: sliding). `skip` names a tensor
-/// left out, `bad_len` one written one value short.
+/// How a tiny file departs from a well-formed one.
+#[derive(Clone, Copy, PartialEq)]
+enum Edit<'a> {
+    None,
+    /// This tensor is left out.
+    Skip(&'a str),
+    /// This tensor is written one value short.
+    Short(&'a str),
+    /// An extra tensor of this name is written (3 values: not a RoPE factor per pair).
+    Extra(&'a str),
+}
+
+/// A tiny model of `family` with `layers` layers, the tensors its row asks for; `sliding` adds
+/// a sliding window of that many tokens with the given per-layer pattern (true: sliding). Odd
+/// seeds fuse Q, K, V into `attn_qkv` and gate and up into `ffn_up` (Phi-3's layout); seeds
+/// divisible by 3 add Q, K, V biases, seeds divisible by 5 soft caps on scores and logits.
 fn tiny(
-    arch: &str,
+    family: &Family,
     layers: usize,
     sliding: Option<(usize, Vec<bool>)>,
     seed: u64,
-    skip: &str,
-    bad_len: &str,
+    edit: Edit<'_>,
 ) -> GgufFile {
+    let arch = family.name;
     let key = |k: &str| format!("{arch}.{k}");
     let mut w = GgufWriter::new();
     w.meta("general.architecture", Value::String(arch.into()))
@@ -65,6 +81,11 @@ fn tiny(
             "tokenizer.ggml.merges",
             Value::Array(ValueType::String, vec![]),
         );
+    if seed.is_multiple_of(5) {
+        // Gemma 2's soft caps, read for any family
+        w.meta(&key("attn_logit_softcapping"), Value::F32(0.8));
+        w.meta(&key("final_logit_softcapping"), Value::F32(2.0));
+    }
     if let Some((window, pattern)) = &sliding {
         w.meta(&key("attention.sliding_window"), Value::U32(*window as u32));
         w.meta(
@@ -77,20 +98,21 @@ fn tiny(
     }
     let mut n = 0u64;
     let mut put = |w: &mut GgufWriter, name: &str, dims: &[u64], scale: f32, offset: f32| {
-        if name == skip {
+        if edit == Edit::Skip(name) {
             return;
         }
         n += 1;
         let len: u64 = dims.iter().product();
         let mut v = weights(len as usize, seed * 1000 + n, scale);
         v.iter_mut().for_each(|x| *x += offset);
-        if name == bad_len {
+        if edit == Edit::Short(name) {
             v.pop();
             w.tensor_f32(name, &[len - 1], &v);
         } else {
             w.tensor_f32(name, dims, &v);
         }
     };
+    let (fused, biases) = (!seed.is_multiple_of(2), seed.is_multiple_of(3));
     let (e, f, q, kv) = (
         EMBD as u64,
         FF as u64,
@@ -102,25 +124,40 @@ fn tiny(
     for l in 0..layers {
         let p = |t: &str| format!("blk.{l}.{t}");
         put(&mut w, &p("attn_norm.weight"), &[e], 0.1, 1.0);
-        put(&mut w, &p("attn_q.weight"), &[e, q], 0.5, 0.0);
-        put(&mut w, &p("attn_k.weight"), &[e, kv], 0.5, 0.0);
-        put(&mut w, &p("attn_v.weight"), &[e, kv], 0.5, 0.0);
+        if fused {
+            put(&mut w, &p("attn_qkv.weight"), &[e, q + 2 * kv], 0.5, 0.0);
+        } else {
+            put(&mut w, &p("attn_q.weight"), &[e, q], 0.5, 0.0);
+            put(&mut w, &p("attn_k.weight"), &[e, kv], 0.5, 0.0);
+            put(&mut w, &p("attn_v.weight"), &[e, kv], 0.5, 0.0);
+        }
         put(&mut w, &p("attn_output.weight"), &[q, e], 0.5, 0.0);
         put(&mut w, &p("ffn_norm.weight"), &[e], 0.1, 1.0);
-        put(&mut w, &p("ffn_gate.weight"), &[e, f], 0.5, 0.0);
-        put(&mut w, &p("ffn_up.weight"), &[e, f], 0.5, 0.0);
+        if fused {
+            put(&mut w, &p("ffn_up.weight"), &[e, 2 * f], 0.5, 0.0);
+        } else {
+            put(&mut w, &p("ffn_gate.weight"), &[e, f], 0.5, 0.0);
+            put(&mut w, &p("ffn_up.weight"), &[e, f], 0.5, 0.0);
+        }
         put(&mut w, &p("ffn_down.weight"), &[f, e], 0.5, 0.0);
-        if arch == "qwen2" {
+        if biases && fused {
+            put(&mut w, &p("attn_qkv.bias"), &[q + 2 * kv], 0.3, 0.0);
+        } else if biases {
             put(&mut w, &p("attn_q.bias"), &[q], 0.3, 0.0);
             put(&mut w, &p("attn_k.bias"), &[kv], 0.3, 0.0);
             put(&mut w, &p("attn_v.bias"), &[kv], 0.3, 0.0);
         }
-        if arch == "gemma3" {
+        if family.qk_norm {
             put(&mut w, &p("attn_q_norm.weight"), &[kv], 0.1, 1.0);
             put(&mut w, &p("attn_k_norm.weight"), &[kv], 0.1, 1.0);
+        }
+        if family.post_norms {
             put(&mut w, &p("post_attention_norm.weight"), &[e], 0.1, 1.0);
             put(&mut w, &p("post_ffw_norm.weight"), &[e], 0.1, 1.0);
         }
+    }
+    if let Edit::Extra(name) = edit {
+        put(&mut w, name, &[3], 1.0, 0.0);
     }
     GgufFile::parse(w.to_bytes()).unwrap()
 }
@@ -161,17 +198,14 @@ proptest! {
     /// prefill) and decoding (one row through `matvec`, the cache's window) are one block.
     #[test]
     fn prefill_and_decoding_give_the_same_logits_in_every_family(
-        family in 0usize..3,
+        family in 0usize..FAMILIES.len(),
         seed in 1u64..1000,
         tokens in proptest::collection::vec(0u32..VOCAB as u32, 2..14),
         split_frac in 0.0f64..1.0,
     ) {
-        let f = match family {
-            0 => tiny("llama", 2, None, seed, "", ""),
-            1 => tiny("qwen2", 2, None, seed, "", ""),
-            _ => tiny("gemma3", 3, Some((3, vec![true, false, true])), seed, "", ""),
-        };
-        let m = load(&f);
+        let family = FAMILIES[family];
+        let sliding = family.sliding.map(|_| (3, vec![true, false, true, false]));
+        let m = load(&tiny(family, 4, sliding, seed, Edit::None));
         let split = 1 + ((tokens.len() - 1) as f64 * split_frac) as usize;
         let once = logits(&m, &tokens, tokens.len());
         let stepped = logits(&m, &tokens, split);
@@ -188,7 +222,7 @@ proptest! {
         tokens in proptest::collection::vec(0u32..VOCAB as u32, 7..12),
         decode in any::<bool>(),
     ) {
-        let m = load(&tiny("gemma3", 1, Some((window, vec![true])), seed, "", ""));
+        let m = load(&tiny(&GEMMA3, 1, Some((window, vec![true])), seed, Edit::None));
         let n = tokens.len();
         let split = if decode { 1 } else { n };
         let base = logits(&m, &tokens, split);
@@ -208,12 +242,11 @@ fn the_tensors_a_family_needs_are_required_and_shaped() {
     let pattern = Some((3, vec![true, false]));
     let e = Model::from_gguf(
         &tiny(
-            "gemma3",
+            &GEMMA3,
             2,
             pattern.clone(),
-            1,
-            "blk.1.attn_k_norm.weight",
-            "",
+            2,
+            Edit::Skip("blk.1.attn_k_norm.weight"),
         ),
         &LoadOptions::default(),
     )
@@ -224,7 +257,13 @@ fn the_tensors_a_family_needs_are_required_and_shaped() {
         "{e}"
     );
     let e = Model::from_gguf(
-        &tiny("gemma3", 2, pattern, 1, "", "blk.0.post_ffw_norm.weight"),
+        &tiny(
+            &GEMMA3,
+            2,
+            pattern,
+            2,
+            Edit::Short("blk.0.post_ffw_norm.weight"),
+        ),
         &LoadOptions::default(),
     )
     .err()
@@ -234,5 +273,63 @@ fn the_tensors_a_family_needs_are_required_and_shaped() {
         "{e}"
     );
     // a llama file needs no QK-norm
-    load(&tiny("llama", 1, None, 1, "", ""));
+    load(&tiny(&LLAMA, 1, None, 1, Edit::None));
+}
+
+/// A tensor the loader does not read is refused by name, never skipped: a Llama 3 file's
+/// `rope_freqs.weight` changes every RoPE angle, a QK-norm in a family without one changes
+/// every score.
+#[test]
+fn a_tensor_the_loader_does_not_read_is_refused_by_name() {
+    for (family, extra) in [
+        (&LLAMA, "blk.0.attn_q_norm.weight"),
+        (&QWEN2, "blk.0.post_attention_norm.weight"),
+        (&GEMMA3, "blk.0.lora_a.weight"),
+        (&LLAMA, "rope_factors_long.weight"),
+    ] {
+        let e = Model::from_gguf(
+            &tiny(family, 1, None, 2, Edit::Extra(extra)),
+            &LoadOptions::default(),
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().contains(extra), "{}: {e}", family.name);
+    }
+    // a rope_freqs that is not one factor per rotary pair names its shape
+    let e = Model::from_gguf(
+        &tiny(&LLAMA, 1, None, 2, Edit::Extra("rope_freqs.weight")),
+        &LoadOptions::default(),
+    )
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, ModelError::TensorShape { name, .. } if name == "rope_freqs.weight"),
+        "{e}"
+    );
+}
+
+/// A metadata key that may change the computation and that this build does not read is
+/// refused by name.
+#[test]
+fn a_key_the_loader_does_not_read_is_refused_by_name() {
+    let mut w = GgufWriter::new();
+    let f = tiny(&QWEN3, 1, None, 2, Edit::None);
+    for (k, v) in f.metadata() {
+        w.meta(k, v.clone());
+    }
+    w.meta("qwen3.expert_count", Value::U32(8));
+    for t in f.tensors() {
+        let (dims, data) = f.tensor_f32(&t.name).unwrap();
+        w.tensor_f32(&t.name, &dims, &data);
+    }
+    let e = Model::from_gguf(
+        &GgufFile::parse(w.to_bytes()).unwrap(),
+        &LoadOptions::default(),
+    )
+    .err()
+    .unwrap();
+    assert!(
+        matches!(&e, ModelError::NotUnderstood { name, .. } if name == "qwen3.expert_count"),
+        "{e}"
+    );
 }
