@@ -201,12 +201,13 @@ impl PromptArgs {
             match tok.chat_template() {
                 Some(t) => {
                     eprintln!("chat template: {t}; --raw uses the prompt as is");
-                    t.render_user(&text, self.system.as_deref())
+                    t.render_user(&text, self.system.as_deref())?
                 }
                 None if self.chat => {
-                    return fail(
-                        "the model file has no chat template this build understands: use --raw",
-                    )
+                    return fail(match tok.chat_template_problem() {
+                        Some(p) => p.to_string(),
+                        None => "the model file has no chat template: use --raw".into(),
+                    })
                 }
                 None => text,
             }

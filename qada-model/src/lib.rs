@@ -63,7 +63,9 @@ pub mod tokenizer;
 
 pub use config::{LayerSpec, ModelConfig};
 pub use family::{Activation, Family, RopeStyle, FAMILIES};
-pub use tokenizer::{ChatFormat, ChatTemplate, StreamDecoder, TemplateOrigin, Tokenizer};
+pub use tokenizer::{
+    ChatFormat, ChatMessage, ChatTemplate, StreamDecoder, TemplateOrigin, Tokenizer,
+};
 mod block;
 pub mod known_models;
 pub mod model;

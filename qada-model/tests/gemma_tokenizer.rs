@@ -121,21 +121,22 @@ fn digits_are_single_tokens_and_unknown_characters_fall_back_to_bytes() {
 fn a_file_without_a_template_gets_gemma_3s_published_one() {
     let tok = gemma();
     let chat = tok.chat_template().expect("the gemma3 family's template");
-    assert_eq!(chat.format(), ChatFormat::Gemma);
-    assert_eq!(chat.name(), "gemma");
     assert_eq!(
         chat.origin(),
         &TemplateOrigin::FamilyDefault {
-            architecture: "gemma3".into()
+            architecture: "gemma3".into(),
+            format: ChatFormat::Gemma,
         }
     );
     assert!(chat.to_string().contains("gemma3 family"), "{chat}");
     let prompt = &reference()["prompts"][1];
     assert_eq!(prompt["name"], "chat");
-    let rendered = chat.render_user(
-        "What is the capital of France? Answer in one sentence.",
-        None,
-    );
+    let rendered = chat
+        .render_user(
+            "What is the capital of France? Answer in one sentence.",
+            None,
+        )
+        .unwrap();
     assert_eq!(rendered, prompt["text"].as_str().unwrap());
     assert_eq!(
         tok.encode(&rendered).unwrap(),
@@ -144,7 +145,7 @@ fn a_file_without_a_template_gets_gemma_3s_published_one() {
     // a system message opens the first user turn, followed by a blank line; the user message
     // is trimmed, as the official template does
     assert_eq!(
-        chat.render_user("  hi\n", Some("Be brief.")),
+        chat.render_user("  hi\n", Some("Be brief.")).unwrap(),
         "<start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n<start_of_turn>model\n"
     );
 }
@@ -309,10 +310,7 @@ fn a_file_template_wins_over_the_family_default() {
     });
     let tok = Tokenizer::from_gguf(&f).unwrap();
     let chat = tok.chat_template().unwrap();
-    assert_eq!(
-        (chat.format(), chat.origin()),
-        (ChatFormat::ChatMl, &TemplateOrigin::File)
-    );
+    assert_eq!(chat.origin(), &TemplateOrigin::File);
     let f = small_file(|m| m[0].1 = Value::String("llama".into()));
     assert!(Tokenizer::from_gguf(&f).unwrap().chat_template().is_none());
     // Gemma's turns in a file's template (the official one renders `<bos>` itself; `encode`
@@ -321,20 +319,29 @@ fn a_file_template_wins_over_the_family_default() {
         m.push((
             "tokenizer.chat_template",
             Value::String(
-                "{{ bos_token }}{{ '<start_of_turn>' + role + '\\n' }}{{ '<end_of_turn>\\n' }}"
+                "{{ bos_token }}{% for m in messages %}{{ '<start_of_turn>' + m.role + '\\n' + \
+                 m.content + '<end_of_turn>\\n' }}{% endfor %}"
                     .into(),
             ),
         ))
     });
     let tok = Tokenizer::from_gguf(&f).unwrap();
     let chat = tok.chat_template().unwrap();
-    assert_eq!(
-        (chat.format(), chat.origin()),
-        (ChatFormat::Gemma, &TemplateOrigin::File)
-    );
-    assert_eq!(chat.to_string(), "gemma (from the file)");
-    let ids = tok.encode(&chat.render_user("a", None)).unwrap();
+    assert_eq!(chat.origin(), &TemplateOrigin::File);
+    assert_eq!(chat.to_string(), "the file's own (tokenizer.chat_template)");
+    let rendered = chat.render_user("a", None).unwrap();
+    assert_eq!(rendered, "<start_of_turn>user\na<end_of_turn>\n");
+    let ids = tok.encode(&rendered).unwrap();
     assert_eq!(ids.iter().filter(|&&i| i == 2).count(), 1, "one BOS");
+    // a template minijinja cannot compile leaves the model usable, and says why
+    let f = small_file(|m| m.push(("tokenizer.chat_template", Value::String("{% for %}".into()))));
+    let tok = Tokenizer::from_gguf(&f).unwrap();
+    assert!(tok.chat_template().is_none());
+    let why = tok.chat_template_problem().unwrap();
+    assert!(
+        why.contains("tokenizer.chat_template") && why.contains("--raw"),
+        "{why}"
+    );
 }
 
 #[test]

@@ -23,10 +23,12 @@ fn chat_template_reproduces_the_reference_chatml_prompt() {
     let tok = tokenizer();
     let r = common::reference();
     let chat = tok.chat_template().expect("SmolLM2 has a ChatML template");
-    let rendered = chat.render_user(
-        "What is the capital of France? Answer in one sentence.",
-        None,
-    );
+    let rendered = chat
+        .render_user(
+            "What is the capital of France? Answer in one sentence.",
+            None,
+        )
+        .unwrap();
     let expected = r["prompts"][1]["text"].as_str().unwrap();
     assert_eq!(rendered, expected);
 }

@@ -80,7 +80,7 @@ impl PyModel {
         let tok = &self.model.tokenizer;
         let text = match (chat, tok.chat_template()) {
             (false, _) => text.to_string(),
-            (true, Some(t)) => t.render_user(text, system),
+            (true, Some(t)) => t.render_user(text, system).map_err(qada_err)?,
             (true, None) => {
                 return Err(bad_arg(
                     "chat",

@@ -95,7 +95,7 @@ impl<'t> PasskeyTask<'t> {
                     .into(),
             )
         })?;
-        let rendered = chat.render_user("\u{1}", None);
+        let rendered = chat.render_user("\u{1}", None)?;
         let (pre, post) = rendered.split_once('\u{1}').ok_or_else(|| {
             ModelError::Input("the chat template dropped the user message".into())
         })?;

@@ -18,7 +18,7 @@ mod piece_index;
 mod spm;
 mod stream;
 
-pub use chat::{ChatFormat, ChatTemplate, TemplateOrigin};
+pub use chat::{ChatFormat, ChatMessage, ChatTemplate, TemplateOrigin};
 pub use stream::StreamDecoder;
 
 use tokenizers::Tokenizer as HfTokenizer;
@@ -49,6 +49,8 @@ pub struct Tokenizer {
     eos: Option<u32>,
     add_bos: bool,
     chat: Option<ChatTemplate>,
+    /// Why the file's template cannot be rendered, when it cannot.
+    chat_problem: Option<String>,
     /// Tokens that end a generation: EOS, the file's EOT, and the special end-of-turn tokens.
     end_of_generation: Vec<u32>,
 }
@@ -109,13 +111,30 @@ impl Tokenizer {
                 reason: "a BOS token must be added but the file names none".into(),
             });
         }
+        let text_of = |id: Option<u32>| {
+            id.map(|i| String::from_utf8_lossy(&vocab.token_bytes[i as usize]).into_owned())
+                .unwrap_or_default()
+        };
+        let (bos_text, eos_text) = (text_of(bos), text_of(eos));
         let chat = match f.get("tokenizer.chat_template") {
-            Some(v) => v.as_str().and_then(ChatTemplate::recognize),
+            Some(_) => Some(ChatTemplate::new(
+                f.get_str("tokenizer.chat_template")?,
+                TemplateOrigin::File,
+                &bos_text,
+                &eos_text,
+                add_bos,
+            )),
             // the only place the tokenizer reads the architecture: its family's template
             None => f
                 .get("general.architecture")
                 .and_then(|v| v.as_str())
-                .and_then(ChatTemplate::family_default),
+                .and_then(|a| ChatTemplate::family_default(a, &bos_text, &eos_text, add_bos)),
+        };
+        // a template minijinja cannot compile leaves the model usable without one
+        let (chat, chat_problem) = match chat {
+            None => (None, None),
+            Some(Ok(t)) => (Some(t), None),
+            Some(Err(e)) => (None, Some(e.to_string())),
         };
         let eot = token_id(f, "tokenizer.ggml.eot_token_id", n)?;
         let mut end_of_generation: Vec<u32> = eos.into_iter().chain(eot).collect();
@@ -132,6 +151,7 @@ impl Tokenizer {
             eos,
             add_bos,
             chat,
+            chat_problem,
             end_of_generation,
         })
     }
@@ -241,5 +261,10 @@ impl Tokenizer {
     /// without one, its family's published template ([`ChatTemplate::origin`] says which).
     pub fn chat_template(&self) -> Option<&ChatTemplate> {
         self.chat.as_ref()
+    }
+
+    /// Why the file's chat template cannot be used, when it has one that does not compile.
+    pub fn chat_template_problem(&self) -> Option<&str> {
+        self.chat_problem.as_deref()
     }
 }
