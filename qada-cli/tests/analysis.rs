@@ -414,3 +414,58 @@ fn bench_reports_speed_bytes_and_the_oracle_ceiling() {
     assert!(f("decide_then_dense_tokens_per_s") > 0.0);
     assert!(f("decision_share_of_adaptive_step").is_finite());
 }
+
+/// `analyze` and `generate` on every architecture of the synthetic references (tiny files in
+/// `../shared`): the criterion decides on every global layer, NoPE layers included, and
+/// sliding layers are reported apart.
+#[test]
+fn analyze_and_generate_run_on_every_synthetic_family() {
+    let dir = repo().join("../shared/reference/synthetic");
+    for name in [
+        "llama3-rope",
+        "qwen3",
+        "phi3",
+        "phi3-longrope",
+        "gemma2",
+        "qwen2-yarn",
+        "smollm3",
+        "mistral-swa",
+    ] {
+        let model = dir.join(format!("{name}.gguf"));
+        let model = model.to_str().unwrap();
+        // the YaRN and longrope files hold 128 positions
+        let (local, chars) = match name {
+            "qwen2-yarn" | "phi3-longrope" => ("16", 300),
+            _ => ("32", 3000),
+        };
+        let (sink, excerpt) = ("4", speech_excerpt(chars));
+        let prompt = excerpt.to_str().unwrap();
+        let args = ["--model", model, "--raw", "--prompt-file", prompt];
+        let o = common::qada(
+            &[
+                &["analyze"][..],
+                &args[..],
+                &["--sink", sink, "--local", local],
+            ]
+            .concat(),
+        );
+        let report = ok(&o);
+        assert!(report.contains("per layer"), "{name}: {report}");
+        if name == "gemma2" {
+            assert!(
+                report.contains("sliding window of 8 tokens"),
+                "{name}: {report}"
+            );
+        }
+        // every layer of smollm3 is decided, the NoPE layer 3 included
+        if name == "smollm3" {
+            assert!(report.contains("layer  3: 0."), "{name}: {report}");
+        }
+        let o = common::qada(&[&["generate"][..], &args[..], &["--max-new-tokens", "4"]].concat());
+        let e = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(
+            o.status.success() && e.contains("generated 4 tokens"),
+            "{name}: {e}"
+        );
+    }
+}
