@@ -12,9 +12,11 @@
 #        DEEP_FROM and DEEP_FA: from this depth on, llama.cpp's f16 runs use only these flash
 #        attention settings (default: all depths 0,1; an hour saved on Qwen at 8k and 16k)
 #
-# llama-bench (built by scripts/llama_bench.sh) runs -t 2 -n 32 -r 1, flash attention off and
-# on for f16 (its best is the peer), on for q8_0; qada runs `qada bench` with the same depths,
-# prefill length and cache. Prints the CPU, the build ids and the table.
+# llama-bench (built by scripts/llama_bench.sh: the native build, and on AMX hosts one without
+# AMX) runs -t 2 -n 32 -r 1, flash attention off and on for f16, on for q8_0; its best over
+# builds and flash attention settings is the peer, and the table names the build of each best
+# figure (a build that crashes is reported and left out). qada runs `qada bench` with the same
+# depths, prefill length and cache. Prints the CPU, the build ids and the table.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 model="${1:?usage: bench_table.sh MODEL DEPTHS [KV ...]}"
@@ -35,7 +37,7 @@ case "$model" in
 esac
 [ -f "$file" ] || { echo "$file missing: run bash scripts/setup.sh --model $model" >&2; exit 2; }
 mkdir -p "$out"
-lb="$(bash scripts/llama_bench.sh)"
+mapfile -t lbs < <(bash scripts/llama_bench.sh)
 cargo build --release -p qada-cli >&2
 qada=./target/release/qada
 tag="$model-${depths//,/_}"
@@ -52,14 +54,21 @@ for kv in "${kvs[@]}"; do
     deep=$(tr , '\n' <<<"$depths" | awk -v d="$DEEP_FROM" '$1 >= d' | paste -sd,)
   fi
   : >"$out/$tag-llama-$kv.parts"
-  if [ -n "$shallow" ]; then
-    "$lb" -m "$file" -t 2 -p "$pp" -n 32 -d "$shallow" -r 1 "${lflags[@]}" -o json \
-      >>"$out/$tag-llama-$kv.parts"
-  fi
-  if [ -n "$deep" ]; then
-    "$lb" -m "$file" -t 2 -p "$pp" -n 32 -d "$deep" -r 1 -fa "${DEEP_FA:-0,1}" -o json \
-      >>"$out/$tag-llama-$kv.parts"
-  fi
+  for lb in "${lbs[@]}"; do
+    bname="$(basename "$(dirname "$(dirname "$lb")")")"
+    run() {
+      # each run's rows tagged with the build; a crash is reported, not fatal
+      if "$lb" -m "$file" -t 2 -p "$pp" -n 32 -r 1 "$@" -o json >"$out/run.json"; then
+        python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))
+for x in r: x["qada_build"]=sys.argv[2]
+print(json.dumps(r))' "$out/run.json" "$bname" >>"$out/$tag-llama-$kv.parts"
+      else
+        echo "llama-bench ($bname) failed on: $*" >&2
+      fi
+    }
+    if [ -n "$shallow" ]; then run -d "$shallow" "${lflags[@]}"; fi
+    if [ -n "$deep" ]; then run -d "$deep" -fa "${DEEP_FA:-0,1}"; fi
+  done
   # llama-bench prints one JSON array per run: join them
   python3 -c 'import json,sys; d=json.JSONDecoder(); s=open(sys.argv[1]).read(); out=[]; i=0
 while i < len(s):
@@ -86,17 +95,27 @@ print("|---|---|---|---|---|---|---|---|---|---|")
 for kv in kvs:
     llama = json.load(open(f"{out}/{tag}-llama-{kv}.json"))
     qada = json.load(open(f"{out}/{tag}-qada-{kv}.json"))
+    builds = sorted({r.get("qada_build", "build") for r in llama})
     def lt(depth, prompt, fa):
-        for r in llama:
-            if (r["n_depth"], r["n_prompt"] > 0, bool(r["flash_attn"])) == (depth, prompt, fa):
-                return r["avg_ts"]
-        return None
-    fmt = lambda v: "-" if v is None else f"{v:.1f}"
+        # the best over builds, with the build named where there are several
+        rows = [r for r in llama
+                if (r["n_depth"], r["n_prompt"] > 0, bool(r["flash_attn"])) == (depth, prompt, fa)]
+        if not rows:
+            return None
+        best = max(rows, key=lambda r: r["avg_ts"])
+        return (best["avg_ts"], best.get("qada_build", "build"))
+    def fmt(v):
+        if v is None:
+            return "-"
+        if isinstance(v, tuple):
+            return f"{v[0]:.1f}" + (f" ({v[1]})" if len(builds) > 1 else "")
+        return f"{v:.1f}"
+    val = lambda v: v[0] if isinstance(v, tuple) else v
     for q in qada:
         d = q["depth"]
         pps = [lt(d, True, fa) for fa in (False, True)]
         tgs = [lt(d, False, fa) for fa in (False, True)]
-        best = lambda xs: max([x for x in xs if x is not None], default=None)
+        best = lambda xs: max([val(x) for x in xs if x is not None], default=None)
         bp, bt = best(pps), best(tgs)
         qp, qd, qa = q.get("prefill_tokens_per_s"), q["dense_decode_tokens_per_s"], q["adaptive_decode_tokens_per_s"]
         ratio = lambda a, b: "-" if a is None or not b else f"{a / b:.2f}x"

@@ -384,6 +384,26 @@ fn bench_reports_speed_bytes_and_the_oracle_ceiling() {
     let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
     assert_eq!(r["depth"], 600);
     assert_eq!(r["prefill_tokens"], 64);
+    // the record says which kernel sets ran, and what the CPU had
+    let kernels: Vec<&str> = r["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    let flags: Vec<&str> = r["cpu_simd_flags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    let avx2 = ["avx2", "fma", "f16c"].iter().all(|f| flags.contains(f))
+        && std::env::var_os("QADA_PORTABLE").is_none();
+    assert_eq!(
+        kernels.first(),
+        Some(&if avx2 { "avx2" } else { "portable" }),
+        "{r}"
+    );
     assert!(f("prefill_tokens_per_s") > 0.0);
     assert!(f("dense_decode_tokens_per_s") > 0.0 && f("adaptive_decode_tokens_per_s") > 0.0);
     let ratio = f("adaptive_decode_tokens_per_s") / f("dense_decode_tokens_per_s");

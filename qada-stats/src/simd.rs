@@ -105,6 +105,24 @@ fn cpu_has_avx_vnni() -> bool {
     false
 }
 
+/// The kernel sets this process runs, by the tokens detection gives: `portable` alone, or
+/// `avx2` (every kernel with an AVX2 path) plus `avx-vnni` (int8 prefill tiles) and `avx512f`
+/// (the channel rule's column page masses) where they are detected. What `qada bench`
+/// records beside its figures.
+pub fn kernel_sets() -> Vec<&'static str> {
+    if Avx2::detect().is_none() {
+        return vec!["portable"];
+    }
+    let mut sets = vec!["avx2"];
+    if AvxVnni::detect().is_some() {
+        sets.push("avx-vnni");
+    }
+    if Avx512::detect().is_some() {
+        sets.push("avx512f");
+    }
+    sets
+}
+
 /// True when `QADA_PORTABLE` is set: every kernel takes its portable path.
 pub fn portable_forced() -> bool {
     std::env::var_os("QADA_PORTABLE").is_some()

@@ -164,6 +164,34 @@ fn cpu_description() -> String {
     }
 }
 
+/// The SIMD features of this CPU that a kernel could use (from `/proc/cpuinfo`'s flags), so
+/// a record says what the host had besides what ran.
+fn cpu_simd_flags() -> Vec<String> {
+    const WANTED: [&str; 9] = [
+        "avx2",
+        "fma",
+        "f16c",
+        "avx_vnni",
+        "avx512f",
+        "avx512bw",
+        "avx512_vnni",
+        "amx_tile",
+        "amx_int8",
+    ];
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let flags: Vec<&str> = info
+        .lines()
+        .find(|l| l.starts_with("flags"))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.split_whitespace().collect())
+        .unwrap_or_default();
+    WANTED
+        .iter()
+        .filter(|w| flags.contains(w))
+        .map(|w| w.to_string())
+        .collect()
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -215,6 +243,8 @@ pub fn run(mut a: Args) -> CliResult<()> {
     let weight_bytes = model.weight_bytes_per_token() as f64;
     let bandwidth = read_bandwidth();
     let cpu = cpu_description();
+    let kernels = qada_stats::simd::kernel_sets();
+    let cpu_flags = cpu_simd_flags();
     let modes = if a.decision_cost { 3 } else { 2 };
     let runs_per_depth = a.reps * modes + usize::from(a.ceiling);
     let pb = progress_bar((a.depth.len() * runs_per_depth) as u64, "bench");
@@ -310,6 +340,8 @@ pub fn run(mut a: Args) -> CliResult<()> {
             "weight_bytes_per_token": weight_bytes,
             "read_bandwidth_bytes_per_s": bandwidth,
             "cpu": cpu,
+            "kernels": kernels,
+            "cpu_simd_flags": cpu_flags,
             "activations": precision_name(model.activations),
             "dense_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[0]),
             "adaptive_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[1]),
@@ -331,6 +363,11 @@ pub fn run(mut a: Args) -> CliResult<()> {
         return Ok(());
     }
     println!("CPU: {cpu}");
+    println!(
+        "kernels: {} (the CPU has: {})",
+        kernels.join(", "),
+        cpu_flags.join(" ")
+    );
     println!(
         "{} activations, {} K/V; prefill tokens/s of {} tokens after the depth (dense); decode tokens/s, median of {} runs of {} tokens (range); adaptive = {}; read bandwidth {:.1} GB/s",
         precision_name(model.activations),
