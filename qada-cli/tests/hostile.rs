@@ -102,7 +102,8 @@ fn hostile_model_files_fail_cleanly_under_a_memory_limit() {
     let mut w = GgufWriter::new();
     w.meta("general.architecture", Value::String("mamba".into()));
     cases.push(("arch", w.to_bytes(), "unsupported architecture \"mamba\""));
-    // Gemma 3 keys no decoder can have: an absurd head dimension, a sliding window of 0
+    // Gemma 3 keys no decoder can have: an absurd head dimension, a sliding window longer
+    // than the context (0 means no window, as Phi-3's converter writes)
     for (key, v, needle) in [
         (
             "gemma3.attention.key_length",
@@ -111,8 +112,8 @@ fn hostile_model_files_fail_cleanly_under_a_memory_limit() {
         ),
         (
             "gemma3.attention.sliding_window",
-            Value::U32(0),
-            "\"gemma3.attention.sliding_window\" = 0",
+            Value::U32(65),
+            "\"gemma3.attention.sliding_window\" = 65: must be at most the context length 64",
         ),
     ] {
         let mut w = GgufWriter::new();
