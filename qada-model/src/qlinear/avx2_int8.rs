@@ -96,14 +96,23 @@ unsafe fn acts(a: &Q8Acts, b: usize) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn dot_q4_1(row: &[BlockQ4_1], a: &Q8Acts) -> f32 {
     assert!(a.q.len() >= QK * row.len() && a.s.len() >= row.len());
-    let mut mins = 0.0f32;
     // SAFETY (`acts`): the assert makes `a.q` hold 32 values per block.
     let acc = two_chains(row.len(), |b| {
         let blk = &row[b];
-        mins += f16(blk.m) * a.s[b];
         (f16(blk.d) * a.d[b], dot_u8_i8(nibbles(&blk.qs), acts(a, b)))
     });
-    hsum(acc) + mins
+    // the offsets' term in a pass of its own, four blocks at a time: one chain of scalar
+    // adds through every block would be the kernel's longest dependency
+    let mut mins = [0.0f32; 4];
+    let (quads, rest) = row.as_chunks::<4>();
+    for (q, s) in quads.iter().zip(a.s.chunks_exact(4)) {
+        for j in 0..4 {
+            mins[j] += f16(q[j].m) * s[j];
+        }
+    }
+    let tail = &a.s[4 * quads.len()..];
+    let last: f32 = rest.iter().zip(tail).map(|(blk, s)| f16(blk.m) * s).sum();
+    hsum(acc) + (mins[0] + mins[1]) + (mins[2] + mins[3]) + last
 }
 
 /// Q4_0 row against int8 activations: `sum_b d_b d_x sum_j (q_j - 8) q_x,j`.
