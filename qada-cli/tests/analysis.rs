@@ -477,6 +477,16 @@ fn analyze_and_generate_run_on_every_synthetic_family() {
                 "{name}: {report}"
             );
         }
+        // inspect names the family's features
+        let inspected = ok(&common::qada(&["inspect", model]));
+        let feature = match name {
+            "smollm3" => "no RoPE on layers 3",
+            "gemma2" => "scores soft-capped at 5",
+            "qwen2-yarn" => "RoPE scaling: Yarn",
+            "phi3" | "phi3-longrope" => "RoPE on the first 12 of 16 dimensions",
+            _ => "model: ",
+        };
+        assert!(inspected.contains(feature), "{name}: {inspected}");
         // every layer of smollm3 is decided, the NoPE layer 3 included
         if name == "smollm3" {
             assert!(report.contains("layer  3: 0."), "{name}: {report}");

@@ -51,6 +51,27 @@ pub fn run(a: Args) -> CliResult<()> {
                     local_base.unwrap_or(c.rope_base)
                 );
             }
+            if c.rope_dim != c.head_dim {
+                println!(
+                    "  RoPE on the first {} of {} dimensions",
+                    c.rope_dim, c.head_dim
+                );
+            }
+            if c.rope_scaling != qada_model::rope::RopeScaling::None {
+                println!("  RoPE scaling: {:?}", c.rope_scaling);
+            }
+            let nope: Vec<String> = (0..c.n_layers)
+                .filter(|&l| !c.layers[l].rotary)
+                .map(|l| l.to_string())
+                .collect();
+            if !nope.is_empty() {
+                println!("  no RoPE on layers {}", nope.join(", "));
+            }
+            for (what, cap) in [("scores", c.attn_softcap), ("logits", c.final_softcap)] {
+                if let Some(cap) = cap {
+                    println!("  {what} soft-capped at {cap}");
+                }
+            }
         }
         Err(e) => println!("model: not loadable by this build: {e}"),
     }
