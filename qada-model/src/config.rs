@@ -89,12 +89,12 @@ fn bad(key: String, found: impl std::fmt::Display, must: String) -> ModelError {
 /// Metadata of one file under one family's key prefix.
 struct Meta<'f> {
     f: &'f GgufFile,
-    arch: &'static str,
+    family: &'static Family,
 }
 
 impl Meta<'_> {
     fn key(&self, k: &str) -> String {
-        format!("{}.{k}", self.arch)
+        format!("{}.{k}", self.family.name)
     }
     fn has(&self, k: &str) -> bool {
         self.f.get(&self.key(k)).is_some()
@@ -109,11 +109,15 @@ impl Meta<'_> {
         Ok(v as usize)
     }
     fn dim_or(&self, k: &str, default: usize) -> Result<usize> {
-        if self.has(k) {
-            self.dim(k)
-        } else {
-            Ok(default)
-        }
+        Ok(self.dim_opt(k)?.unwrap_or(default))
+    }
+    /// [`Meta::dim`], or `None` when absent.
+    fn dim_opt(&self, k: &str) -> Result<Option<usize>> {
+        self.has(k).then(|| self.dim(k)).transpose()
+    }
+    /// [`Meta::number_or`] without a default: `None` when absent.
+    fn number_opt(&self, k: &str, min: f64) -> Result<Option<f64>> {
+        self.has(k).then(|| self.number_or(k, 0.0, min)).transpose()
     }
     /// A finite number above `min`, or `default` when absent.
     fn number_or(&self, k: &str, default: f64, min: f64) -> Result<f64> {
@@ -143,10 +147,7 @@ impl ModelConfig {
             name: arch.into(),
             supported: Family::names(),
         })?;
-        let m = Meta {
-            f,
-            arch: family.name,
-        };
+        let m = Meta { f, family };
         let a = family.name;
         let n_layers = m.dim("block_count")?;
         let n_embd = m.dim("embedding_length")?;
@@ -197,21 +198,10 @@ impl ModelConfig {
             ));
         }
         let rope_base = m.number_or("rope.freq_base", 10_000.0, 1.0)?;
-        let rope_original_context = match m.has("rope.scaling.original_context_length") {
-            true => Some(m.dim("rope.scaling.original_context_length")?),
-            false => None,
-        };
+        let rope_original_context = m.dim_opt("rope.scaling.original_context_length")?;
         let rope_scaling = rope_scaling(&m, rope_original_context)?;
-        let rope_attn_factor = match m.has("rope.scaling.attn_factor") {
-            true => Some(m.number_or("rope.scaling.attn_factor", 1.0, 0.0)?),
-            false => None,
-        };
-        let softcap = |k: &str| -> Result<Option<f32>> {
-            Ok(match m.has(k) {
-                true => Some(m.number_or(k, 0.0, 0.0)? as f32),
-                false => None,
-            })
-        };
+        let rope_attn_factor = m.number_opt("rope.scaling.attn_factor", 0.0)?;
+        let softcap = |k: &str| Ok::<_, ModelError>(m.number_opt(k, 0.0)?.map(|c| c as f32));
         let (attn_softcap, final_softcap) = (
             softcap("attn_logit_softcapping")?,
             softcap("final_logit_softcapping")?,
@@ -341,8 +331,8 @@ fn rope_scaling(m: &Meta<'_>, original_context: Option<usize>) -> Result<RopeSca
 /// family's pattern (or the file's `{arch}.attention.sliding_window_pattern`), RoPE bases of
 /// the sliding layers, the family's NoPE layers.
 fn layer_specs(m: &Meta<'_>, n_layers: usize, context_length: usize) -> Result<Vec<LayerSpec>> {
-    let family = Family::by_name(m.arch).expect("the caller found the family");
-    let rotary = |l: usize| family.nope_every.is_none_or(|n| !(l + 1).is_multiple_of(n));
+    let family = m.family;
+    let rotary = |l: usize| !nth_layer(family.nope_every, l);
     let global = |l: usize| LayerSpec {
         span: LayerSpan::Full,
         local_rope_base: None,
@@ -362,7 +352,7 @@ fn layer_specs(m: &Meta<'_>, n_layers: usize, context_length: usize) -> Result<V
             window,
             format!(
                 "the {} family has no sliding-window layers in this build",
-                m.arch
+                family.name
             ),
         ));
     };
@@ -374,14 +364,14 @@ fn layer_specs(m: &Meta<'_>, n_layers: usize, context_length: usize) -> Result<V
             format!("must be at most the context length {context_length}"),
         ));
     }
-    let local_base = match (m.has("rope.freq_base_swa"), sliding.local_rope_base) {
-        (false, None) => None,
-        (_, default) => Some(m.number_or("rope.freq_base_swa", default.unwrap_or(0.0), 1.0)?),
-    };
+    let local_base = m
+        .number_opt("rope.freq_base_swa", 1.0)?
+        .or(sliding.local_rope_base);
     let pattern_key = m.key("attention.sliding_window_pattern");
+    // sliding: every layer but the `n`-th ones (all of them without an `n`)
     let every = |n: Option<usize>| -> Vec<bool> {
         (0..n_layers)
-            .map(|l| n.is_none_or(|n| !(l + 1).is_multiple_of(n)))
+            .map(|l| n.is_none_or(|_| !nth_layer(n, l)))
             .collect()
     };
     let sliding_layer: Vec<bool> = match m.f.get(&pattern_key) {
@@ -420,4 +410,10 @@ fn layer_specs(m: &Meta<'_>, n_layers: usize, context_length: usize) -> Result<V
             false => global(l),
         })
         .collect())
+}
+
+/// True for layer `l` when it is an `n`-th one (`(l + 1) % n == 0`); false for every layer
+/// without an `n`.
+fn nth_layer(n: Option<usize>, l: usize) -> bool {
+    n.is_some_and(|n| (l + 1).is_multiple_of(n))
 }

@@ -15,7 +15,7 @@ use crate::config::ModelConfig;
 use crate::gguf::{GgufFile, TensorInfo};
 use crate::qlinear::QLinear;
 use crate::quant::GgmlType;
-use crate::rope::{Rope, RopeScaling, RopeSet};
+use crate::rope::{Rope, RopeFactors, RopeSet};
 use crate::tokenizer::Tokenizer;
 use crate::{ModelError, Result};
 
@@ -159,7 +159,26 @@ impl<'f> Tensors<'f> {
             true => Some(self.vector(&bias_name, rows)?),
             false => None,
         };
-        let name = format!("{name}.weight");
+        self.matrices(&format!("{name}.weight"), parts, cols, fmt, bias)
+    }
+
+    /// `name.weight` as one `rows x cols` matrix, with its bias where the file has one.
+    fn linear(&self, name: &str, rows: usize, cols: usize, fmt: WeightFormat) -> Result<QLinear> {
+        Ok(self.linears(name, &[rows], cols, fmt)?.remove(0))
+    }
+
+    /// The tensor `name`, `cols` wide, cut into matrices of `parts` rows each with their rows
+    /// of `bias`.
+    fn matrices(
+        &self,
+        name: &str,
+        parts: &[usize],
+        cols: usize,
+        fmt: WeightFormat,
+        bias: Option<Vec<f32>>,
+    ) -> Result<Vec<QLinear>> {
+        let rows: usize = parts.iter().sum();
+        let name = name.to_string();
         let info = self.info(&name)?;
         if info.dims != [cols as u64, rows as u64] {
             return Err(ModelError::TensorShape {
@@ -206,11 +225,6 @@ impl<'f> Tensors<'f> {
         Ok(out)
     }
 
-    /// `name.weight` as one `rows x cols` matrix.
-    fn linear(&self, name: &str, rows: usize, cols: usize, fmt: WeightFormat) -> Result<QLinear> {
-        Ok(self.linears(name, &[rows], cols, fmt)?.remove(0))
-    }
-
     /// Per-pair RoPE factors of a tensor, when the file has it.
     fn rope_factors(&self, name: &str, pairs: usize) -> Result<Option<Vec<f64>>> {
         if !self.has(name) {
@@ -228,81 +242,16 @@ impl<'f> Tensors<'f> {
     }
 }
 
-/// The RoPE of every kind of layer, from the metadata's scaling and the factor tensors:
-/// `rope_freqs.weight` (Llama 3) divides the frequencies of the global layers; longrope's
-/// `rope_factors_short/long.weight` (Phi-3) give two sets, the long one for contexts past the
-/// original.
+/// The RoPE of every kind of layer: the file's per-pair factor tensors, combined with the
+/// metadata by [`RopeSet::new`].
 fn ropes(t: &Tensors<'_>, c: &ModelConfig, base: f64) -> Result<RopeSet> {
-    let (dim, style) = (c.rope_dim, c.family.rope_style);
-    let attn = c.rope_attn_factor.unwrap_or(1.0);
-    let with_attn = |mut r: Rope| {
-        r.mscale *= attn;
-        r
+    let pairs = c.rope_dim / 2;
+    let factors = RopeFactors {
+        freqs: t.rope_factors("rope_freqs.weight", pairs)?,
+        short: t.rope_factors("rope_factors_short.weight", pairs)?,
+        long: t.rope_factors("rope_factors_long.weight", pairs)?,
     };
-    let freqs = t.rope_factors("rope_freqs.weight", dim / 2)?;
-    let short = t.rope_factors("rope_factors_short.weight", dim / 2)?;
-    let long = t.rope_factors("rope_factors_long.weight", dim / 2)?;
-    let not_with = |what: &str| ModelError::NotUnderstood {
-        what: "tensor",
-        name: what.into(),
-        reason: format!(
-            "RoPE factors together with {:?} scaling are not implemented",
-            c.rope_scaling
-        ),
-    };
-    let scaling = match (&c.rope_scaling, freqs) {
-        (s, None) => s.clone(),
-        (RopeScaling::None, Some(factors)) => RopeScaling::Factors {
-            factors,
-            mscale: 1.0,
-        },
-        (RopeScaling::Linear { factor }, Some(f)) => RopeScaling::Factors {
-            factors: f.iter().map(|x| x * factor).collect(),
-            mscale: 1.0,
-        },
-        (_, Some(_)) => return Err(not_with("rope_freqs.weight")),
-    };
-    let mut set = RopeSet {
-        global: with_attn(Rope::new(base, dim, style, &scaling)),
-        long: None,
-        local: c
-            .layers
-            .iter()
-            .find_map(|l| l.local_rope_base)
-            .map(|b| Rope::new(b, dim, style, &RopeScaling::None)),
-    };
-    match (short, long) {
-        (None, None) => {}
-        (Some(short), Some(long)) => {
-            if scaling != RopeScaling::None {
-                return Err(not_with("rope_factors_long.weight"));
-            }
-            let key = format!("{}.rope.scaling.original_context_length", c.family.name);
-            let original = c.rope_original_context.ok_or(ModelError::MissingKey(key))?;
-            // HF's longrope attention factor when the file has none
-            let s = c.context_length as f64 / original as f64;
-            let mscale = match c.rope_attn_factor {
-                Some(_) => 1.0,
-                None if s <= 1.0 => 1.0,
-                None => (1.0 + s.ln() / (original as f64).ln()).sqrt(),
-            };
-            let factors = |factors| RopeScaling::Factors { factors, mscale };
-            set.global = with_attn(Rope::new(base, dim, style, &factors(short)));
-            set.long = Some((
-                original,
-                with_attn(Rope::new(base, dim, style, &factors(long))),
-            ));
-        }
-        (Some(_), None) => {
-            return Err(ModelError::MissingTensor("rope_factors_long.weight".into()))
-        }
-        (None, Some(_)) => {
-            return Err(ModelError::MissingTensor(
-                "rope_factors_short.weight".into(),
-            ))
-        }
-    }
-    Ok(set)
+    RopeSet::new(c, base, factors)
 }
 
 impl Model {
@@ -328,7 +277,11 @@ impl Model {
         crate::strict::check_keys(f, c.family.name)?;
         let t = Tensors::new(f);
         let fmt = opts.weights;
-        let embedding = t.linear("token_embd", c.vocab_size, c.n_embd, fmt)?;
+        // rows looked up, never a product with a bias: a `token_embd.bias` is left unread
+        // and refused
+        let embedding = t
+            .matrices("token_embd.weight", &[c.vocab_size], c.n_embd, fmt, None)?
+            .remove(0);
         let (qd, kv) = (c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim);
         let fam = c.family;
         let mut blocks = Vec::with_capacity(c.n_layers);

@@ -11,8 +11,9 @@
 //!   factor` where it turns rarely, a linear ramp between (Peng et al. 2023, as HF computes
 //!   it), and `mscale = 0.1 ln(factor) + 1` unless the file gives one.
 
-use crate::config::LayerSpec;
+use crate::config::{LayerSpec, ModelConfig};
 use crate::family::RopeStyle;
+use crate::{ModelError, Result};
 
 /// How a file scales the RoPE frequencies of its global layers (keys and tensors together).
 #[derive(Clone, Debug, PartialEq)]
@@ -142,7 +143,88 @@ pub struct RopeSet {
     pub local: Option<Rope>,
 }
 
+/// The per-pair factor tensors a file may carry, one value per rotary pair.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RopeFactors {
+    /// `rope_freqs.weight` (Llama 3): divisors of the global layers' frequencies.
+    pub freqs: Option<Vec<f64>>,
+    /// `rope_factors_short.weight` (Phi-3 longrope): up to the original context.
+    pub short: Option<Vec<f64>>,
+    /// `rope_factors_long.weight`: past it.
+    pub long: Option<Vec<f64>>,
+}
+
 impl RopeSet {
+    /// The RoPE of every kind of layer of the model `c` describes, its global layers at
+    /// frequency `base` (the file's, or an override): the metadata's scaling (linear or YaRN)
+    /// with `rope_freqs` folded in, or longrope's two factor sets; cos and sin times the
+    /// file's `rope.scaling.attn_factor` (longrope without one: HF's
+    /// `sqrt(1 + ln(s) / ln(original))`, `s` the context over the original).
+    ///
+    /// # Errors
+    /// [`ModelError::NotUnderstood`] for factors with a scaling they do not compose with;
+    /// [`ModelError::MissingTensor`] for one longrope set without the other,
+    /// [`ModelError::MissingKey`] for longrope without the original context.
+    pub fn new(c: &ModelConfig, base: f64, factors: RopeFactors) -> Result<RopeSet> {
+        let (dim, style) = (c.rope_dim, c.family.rope_style);
+        let not_with = |what: &str| ModelError::NotUnderstood {
+            what: "tensor",
+            name: what.into(),
+            reason: format!(
+                "RoPE factors together with {:?} scaling are not implemented",
+                c.rope_scaling
+            ),
+        };
+        let missing = |name: &str| ModelError::MissingTensor(name.into());
+        let (global, long) = match (factors.short, factors.long) {
+            (None, None) => {
+                let scaling = match (&c.rope_scaling, factors.freqs) {
+                    (s, None) => s.clone(),
+                    (RopeScaling::None, Some(factors)) => RopeScaling::Factors {
+                        factors,
+                        mscale: 1.0,
+                    },
+                    (RopeScaling::Linear { factor }, Some(f)) => RopeScaling::Factors {
+                        factors: f.iter().map(|x| x * factor).collect(),
+                        mscale: 1.0,
+                    },
+                    (_, Some(_)) => return Err(not_with("rope_freqs.weight")),
+                };
+                let mut rope = Rope::new(base, dim, style, &scaling);
+                rope.mscale *= c.rope_attn_factor.unwrap_or(1.0);
+                (rope, None)
+            }
+            (Some(short), Some(long)) => {
+                if c.rope_scaling != RopeScaling::None || factors.freqs.is_some() {
+                    return Err(not_with("rope_factors_long.weight"));
+                }
+                let key = format!("{}.rope.scaling.original_context_length", c.family.name);
+                let original = c.rope_original_context.ok_or(ModelError::MissingKey(key))?;
+                let s = c.context_length as f64 / original as f64;
+                let mscale = c.rope_attn_factor.unwrap_or(match s > 1.0 {
+                    true => (1.0 + s.ln() / (original as f64).ln()).sqrt(),
+                    false => 1.0,
+                });
+                let rope = |factors| {
+                    Rope::new(base, dim, style, &RopeScaling::Factors { factors, mscale })
+                };
+                (rope(short), Some((original, rope(long))))
+            }
+            (Some(_), None) => return Err(missing("rope_factors_long.weight")),
+            (None, Some(_)) => return Err(missing("rope_factors_short.weight")),
+        };
+        let local = c
+            .layers
+            .iter()
+            .find_map(|l| l.local_rope_base)
+            .map(|b| Rope::new(b, dim, style, &RopeScaling::None));
+        Ok(RopeSet {
+            global,
+            long,
+            local,
+        })
+    }
+
     /// The RoPE of a layer in a session of `context` positions; `None` on a NoPE layer.
     pub fn for_layer(&self, spec: &LayerSpec, context: usize) -> Option<&Rope> {
         if !spec.rotary {

@@ -166,6 +166,13 @@ fn load(f: &GgufFile) -> Model {
     Model::from_gguf(f, &LoadOptions::default()).unwrap()
 }
 
+/// The error loading `f` gives (the test fails if it loads).
+fn refused(f: &GgufFile) -> ModelError {
+    Model::from_gguf(f, &LoadOptions::default())
+        .err()
+        .expect("the file must be refused")
+}
+
 fn session(m: &Model) -> Session<'_> {
     let window = WindowConfig::new(1, 2).unwrap();
     Session::new(m, SessionOptions::new(Box::new(Dense), window)).unwrap()
@@ -240,34 +247,24 @@ proptest! {
 #[test]
 fn the_tensors_a_family_needs_are_required_and_shaped() {
     let pattern = Some((3, vec![true, false]));
-    let e = Model::from_gguf(
-        &tiny(
-            &GEMMA3,
-            2,
-            pattern.clone(),
-            2,
-            Edit::Skip("blk.1.attn_k_norm.weight"),
-        ),
-        &LoadOptions::default(),
-    )
-    .err()
-    .unwrap();
+    let e = refused(&tiny(
+        &GEMMA3,
+        2,
+        pattern.clone(),
+        2,
+        Edit::Skip("blk.1.attn_k_norm.weight"),
+    ));
     assert!(
         matches!(&e, ModelError::MissingTensor(t) if t == "blk.1.attn_k_norm.weight"),
         "{e}"
     );
-    let e = Model::from_gguf(
-        &tiny(
-            &GEMMA3,
-            2,
-            pattern,
-            2,
-            Edit::Short("blk.0.post_ffw_norm.weight"),
-        ),
-        &LoadOptions::default(),
-    )
-    .err()
-    .unwrap();
+    let e = refused(&tiny(
+        &GEMMA3,
+        2,
+        pattern,
+        2,
+        Edit::Short("blk.0.post_ffw_norm.weight"),
+    ));
     assert!(
         matches!(&e, ModelError::TensorShape { name, .. } if name == "blk.0.post_ffw_norm.weight"),
         "{e}"
@@ -287,21 +284,11 @@ fn a_tensor_the_loader_does_not_read_is_refused_by_name() {
         (&GEMMA3, "blk.0.lora_a.weight"),
         (&LLAMA, "rope_factors_long.weight"),
     ] {
-        let e = Model::from_gguf(
-            &tiny(family, 1, None, 2, Edit::Extra(extra)),
-            &LoadOptions::default(),
-        )
-        .err()
-        .unwrap();
+        let e = refused(&tiny(family, 1, None, 2, Edit::Extra(extra)));
         assert!(e.to_string().contains(extra), "{}: {e}", family.name);
     }
     // a rope_freqs that is not one factor per rotary pair names its shape
-    let e = Model::from_gguf(
-        &tiny(&LLAMA, 1, None, 2, Edit::Extra("rope_freqs.weight")),
-        &LoadOptions::default(),
-    )
-    .err()
-    .unwrap();
+    let e = refused(&tiny(&LLAMA, 1, None, 2, Edit::Extra("rope_freqs.weight")));
     assert!(
         matches!(&e, ModelError::TensorShape { name, .. } if name == "rope_freqs.weight"),
         "{e}"
@@ -322,12 +309,7 @@ fn a_key_the_loader_does_not_read_is_refused_by_name() {
         let (dims, data) = f.tensor_f32(&t.name).unwrap();
         w.tensor_f32(&t.name, &dims, &data);
     }
-    let e = Model::from_gguf(
-        &GgufFile::parse(w.to_bytes()).unwrap(),
-        &LoadOptions::default(),
-    )
-    .err()
-    .unwrap();
+    let e = refused(&GgufFile::parse(w.to_bytes()).unwrap());
     assert!(
         matches!(&e, ModelError::NotUnderstood { name, .. } if name == "qwen3.expert_count"),
         "{e}"

@@ -149,19 +149,22 @@ fn read_bandwidth() -> f64 {
 /// The CPU as `/proc/cpuinfo` names it, with its family and model numbers (hosts of one
 /// product name differ: Zen 1 and Zen 3 EPYCs both say "AMD EPYC"), and the threads in use.
 fn cpu_description() -> String {
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let field = |key: &str| {
-        info.lines()
-            .find(|l| l.split(':').next().map(str::trim) == Some(key))
-            .and_then(|l| l.split_once(':'))
-            .map(|(_, v)| v.trim().to_string())
-    };
+    let field = cpuinfo_field;
     let name = field("model name").unwrap_or_else(|| std::env::consts::ARCH.to_string());
     let threads = rayon::current_num_threads();
     match (field("cpu family"), field("model")) {
         (Some(f), Some(m)) => format!("{name} (family {f}, model {m}), {threads} threads"),
         _ => format!("{name}, {threads} threads"),
     }
+}
+
+/// The first value of `key` in `/proc/cpuinfo` (its first processor), trimmed.
+fn cpuinfo_field(key: &str) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    info.lines()
+        .find(|l| l.split(':').next().map(str::trim) == Some(key))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
 }
 
 /// The SIMD features of this CPU that a kernel could use (from `/proc/cpuinfo`'s flags), so
@@ -178,13 +181,8 @@ fn cpu_simd_flags() -> Vec<String> {
         "amx_tile",
         "amx_int8",
     ];
-    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let flags: Vec<&str> = info
-        .lines()
-        .find(|l| l.starts_with("flags"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, v)| v.split_whitespace().collect())
-        .unwrap_or_default();
+    let flags = cpuinfo_field("flags").unwrap_or_default();
+    let flags: Vec<&str> = flags.split_whitespace().collect();
     WANTED
         .iter()
         .filter(|w| flags.contains(w))
