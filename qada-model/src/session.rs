@@ -277,6 +277,37 @@ impl<'m> Session<'m> {
         Ok(&self.logits)
     }
 
+    /// Run a first part of a prompt densely, after the tokens already cached, without ending
+    /// prefill: no logits, and the bulk moments neither freeze nor come from a calibration
+    /// table yet ([`Session::prefill`] runs the prompt's last part and ends it).
+    ///
+    /// Blocks of [`PREFILL_BLOCK`] start where the cache ends, so a prompt run as parts whose
+    /// lengths are multiples of [`PREFILL_BLOCK`], then its rest by [`Session::prefill`],
+    /// computes exactly what one [`Session::prefill`] of it computes. A [`Session::checkpoint`]
+    /// between parts is a prefix a later prompt can start from (the server's prefix cache).
+    ///
+    /// # Errors
+    /// [`ModelError::Input`] after prefill has ended, or when the cache has no room.
+    pub fn extend(
+        &mut self,
+        tokens: &[u32],
+        progress: &mut (dyn FnMut(usize, usize) + Send),
+    ) -> Result<()> {
+        if self.prefilled {
+            return Err(ModelError::Input(
+                "prefill has ended (a token was decoded or the prompt's last part run): \
+                 extend a prompt before Session::prefill, or restore a checkpoint taken before"
+                    .into(),
+            ));
+        }
+        if tokens.is_empty() {
+            return Ok(());
+        }
+        self.check_room(tokens.len())?;
+        self.prefill_hidden(tokens, progress)?;
+        Ok(())
+    }
+
     /// `logits = W_out N_out(x)` for the residual row in the decoding buffers.
     fn logits_of_row(&mut self) -> Result<()> {
         let model = self.model;

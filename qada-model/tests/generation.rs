@@ -144,3 +144,54 @@ fn on_text_can_interrupt_generation_after_the_token_it_saw() {
     .unwrap();
     assert_eq!(g.generated_ids, full.generated_ids[..5]);
 }
+
+#[test]
+fn a_prompt_run_in_parts_of_whole_blocks_gives_the_logits_of_one_prefill() {
+    use qada_model::session::PREFILL_BLOCK;
+    // more than two blocks of text, so the parts are a block, a block and a rest
+    let text = "The lighthouse keeper counted the ships that passed each night. ".repeat(120);
+    let prompt = model().tokenizer.encode(&text).unwrap();
+    assert!(prompt.len() > 2 * PREFILL_BLOCK + 10, "{}", prompt.len());
+    let mut whole = session(None);
+    let want = whole.prefill(&prompt, &mut |_, _| {}).unwrap().to_vec();
+
+    let mut parts = session(None);
+    parts
+        .extend(&prompt[..PREFILL_BLOCK], &mut |_, _| {})
+        .unwrap();
+    let first_block = parts.checkpoint();
+    parts
+        .extend(&prompt[PREFILL_BLOCK..2 * PREFILL_BLOCK], &mut |_, _| {})
+        .unwrap();
+    let got = parts
+        .prefill(&prompt[2 * PREFILL_BLOCK..], &mut |_, _| {})
+        .unwrap()
+        .to_vec();
+    assert_eq!(got, want, "parts of whole blocks compute what one prefill does");
+    // decoding ends prefill: a later part is refused
+    parts.step(prompt[0]).unwrap();
+    assert!(parts.extend(&prompt[..1], &mut |_, _| {}).is_err());
+
+    // back to the first block, then the rest as one part: the same logits again, and the
+    // same greedy continuation as the whole prompt's
+    parts.restore(&first_block).unwrap();
+    assert_eq!(parts.len(), PREFILL_BLOCK);
+    let again = parts
+        .prefill(&prompt[PREFILL_BLOCK..], &mut |_, _| {})
+        .unwrap()
+        .to_vec();
+    assert_eq!(again, want);
+    let greedy = GenerateConfig {
+        sampling: SamplingParams::default(),
+        ..cfg(12, 0)
+    };
+    let a = qada_model::generate_after_prefill(&mut parts, &prompt, 0.0, &greedy, &mut |_| {
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
+    let b = qada_model::generate_after_prefill(&mut whole, &prompt, 0.0, &greedy, &mut |_| {
+        std::ops::ControlFlow::Continue(())
+    })
+    .unwrap();
+    assert_eq!(a.generated_ids, b.generated_ids);
+}
