@@ -40,6 +40,9 @@ enum Command {
     Eval(cmd::eval::Args),
     /// Decode throughput at given depths, dense against adaptive.
     Bench(cmd::bench::Args),
+    /// Serve the model over HTTP with OpenAI's API (chat and completions, streamed or not),
+    /// a prefix cache, and qada's accounting in every answer.
+    Serve(cmd::serve::Args),
 }
 
 /// Parse the command line, run the subcommand, print an error chain and exit 1 on failure.
@@ -71,6 +74,7 @@ pub fn main() {
         Command::Calibrate(a) => cmd::calibrate::run(a),
         Command::Eval(a) => cmd::eval::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Serve(a) => cmd::serve::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e}");

@@ -167,7 +167,10 @@ fn a_prompt_run_in_parts_of_whole_blocks_gives_the_logits_of_one_prefill() {
         .prefill(&prompt[2 * PREFILL_BLOCK..], &mut |_, _| {})
         .unwrap()
         .to_vec();
-    assert_eq!(got, want, "parts of whole blocks compute what one prefill does");
+    assert_eq!(
+        got, want,
+        "parts of whole blocks compute what one prefill does"
+    );
     // decoding ends prefill: a later part is refused
     parts.step(prompt[0]).unwrap();
     assert!(parts.extend(&prompt[..1], &mut |_, _| {}).is_err());

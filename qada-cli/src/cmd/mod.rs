@@ -8,4 +8,5 @@ pub mod calibrate_tau;
 pub mod eval;
 pub mod generate;
 pub mod inspect;
+pub mod serve;
 pub mod tokenize;

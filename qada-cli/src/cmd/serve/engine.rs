@@ -1,0 +1,536 @@
+//! The model side of the server: a request becomes tokens and a setting ([`Engine::prepare`],
+//! cheap), then runs on a blocking thread ([`Engine::run`]): a kept session with the longest
+//! shared prefix is restored (or a new one made), the rest of the prompt prefilled in whole
+//! blocks with marks for later prompts, and tokens generated and sent as they become text.
+//! The client going away (its channel closed) stops prefill between blocks and generation
+//! at the next token.
+
+use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use qada_model::session::PREFILL_BLOCK;
+use qada_model::{
+    generate_after_prefill, GenerateConfig, Model, SamplingParams, Session, SessionCheckpoint,
+    SessionOptions, StopReason,
+};
+use serde_json::{json, Value};
+use tokio::sync::mpsc::Sender;
+
+use super::api::{ApiError, GenRequest, Prompt};
+use super::metrics::Metrics;
+use super::prefix::{keeps_mark, Kept, PrefixCache};
+use crate::common::{CriterionArgs, Fallback};
+
+/// What a running generation sends its client.
+#[derive(Debug)]
+pub enum Event {
+    /// Text that became final (never empty).
+    Text(String),
+    /// The end, with the counts and qada's accounting.
+    Done(Box<Summary>),
+    /// It failed.
+    Failed(ApiError),
+}
+
+/// How a generation ended.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    /// OpenAI's `finish_reason`: `stop` or `length`.
+    pub finish_reason: &'static str,
+    /// The `usage` object (token counts, cached tokens, qada's accounting).
+    pub usage: Value,
+}
+
+/// A request ready to run: its tokens, the setting it decodes with, how it stops.
+pub struct Prepared {
+    /// Prompt tokens.
+    pub tokens: Vec<u32>,
+    /// The criterion, window, moments and cache type, as the CLI's flags.
+    args: CriterionArgs,
+    /// The setting's identity, for the prefix cache.
+    key: String,
+    /// When generation stops and how it samples.
+    cfg: GenerateConfig,
+    /// K/V bytes the request may hold at most (prompt and new tokens).
+    bytes: u64,
+}
+
+/// A session kept for its prefix, with its marks.
+type KeptSession = Kept<Session<'static>, SessionCheckpoint>;
+
+/// The model, the setting the server was started with, the kept sessions.
+pub struct Engine {
+    model: &'static Model,
+    /// The name `/v1/models` lists and requests may give.
+    pub name: String,
+    /// The server's flags (a request's `qada` fields override them).
+    base: CriterionArgs,
+    /// Counters.
+    pub metrics: Arc<Metrics>,
+    /// Bytes of K/V (and marks) all sessions, running and kept, may hold.
+    limit: u64,
+    /// Bytes the running generations reserved.
+    running: AtomicU64,
+    kept: Mutex<PrefixCache<Session<'static>, SessionCheckpoint>>,
+}
+
+/// The lock, whatever a panicking holder left (the cache stays consistent: entries are
+/// taken out whole and put back whole).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Engine {
+    /// An engine for `model`, deciding as `base` says (resolved per request), holding at most
+    /// `limit` bytes of caches.
+    pub fn new(model: &'static Model, name: String, base: CriterionArgs, limit: u64) -> Self {
+        Engine {
+            model,
+            name,
+            base,
+            metrics: Arc::new(Metrics::default()),
+            limit,
+            running: AtomicU64::new(0),
+            kept: Mutex::new(PrefixCache::default()),
+        }
+    }
+
+    /// The model.
+    pub fn model(&self) -> &'static Model {
+        self.model
+    }
+
+    /// K/V bytes a token takes in every layer with `args`' cache type (sliding layers
+    /// counted in full: an upper bound).
+    fn bytes_per_token(&self, args: &CriterionArgs) -> Result<u64, ApiError> {
+        let c = &self.model.config;
+        let dtype = args
+            .kv_dtype()
+            .map_err(|e| ApiError::invalid("qada.kv", e.to_string()))?;
+        Ok((2 * c.n_layers * dtype.bytes_for(c.n_kv_heads * c.head_dim)) as u64)
+    }
+
+    /// Bytes a mark after `pos` tokens holds, estimated: every KV head's moments (mean and
+    /// covariance in f64, and their factored copy), and for criteria that keep page summaries
+    /// a copy of them (at most half the K/V of `pos` tokens: the keys by channel).
+    fn mark_bytes(&self, pos: usize, per_token: u64, pages: bool) -> u64 {
+        let c = &self.model.config;
+        let d = c.head_dim as u64;
+        let moments = (c.n_layers * c.n_kv_heads) as u64 * (2 * d * d + 2 * d) * 8;
+        moments + if pages { pos as u64 * per_token / 2 } else { 0 }
+    }
+
+    /// Check a request against the model and the server and make its tokens and setting.
+    pub fn prepare(&self, req: &GenRequest) -> Result<Prepared, ApiError> {
+        if let Some(m) = req.model.as_deref() {
+            if m != self.name {
+                return Err(ApiError::status(
+                    404,
+                    "invalid_request_error",
+                    format!(
+                        "the model {m:?} does not exist on this server: it serves {:?} \
+                         (GET /v1/models lists it)",
+                        self.name
+                    ),
+                )
+                .code("model_not_found"));
+            }
+        }
+        let args = self.request_args(req)?;
+        let tokens = self.tokens(&req.prompt)?;
+        let ctx = self.model.config.context_length;
+        let n = tokens.len();
+        if n >= ctx {
+            return Err(ApiError::invalid(
+                "messages",
+                format!(
+                    "the prompt has {n} tokens and the model's context holds {ctx}: at most \
+                     {} leave room for one new token; shorten the prompt",
+                    ctx - 1
+                ),
+            )
+            .code("context_length_exceeded"));
+        }
+        let max = match req.max_tokens {
+            Some(m) if n + m > ctx => {
+                return Err(ApiError::invalid(
+                    "max_tokens",
+                    format!(
+                        "the context holds {ctx} tokens, and this request asks for {n} of \
+                         prompt plus {m} new ones ({}); ask for at most {} new tokens",
+                        n + m,
+                        ctx - n
+                    ),
+                )
+                .code("context_length_exceeded"))
+            }
+            Some(m) => m,
+            None => ctx - n,
+        };
+        let per_token = self.bytes_per_token(&args)?;
+        let bytes = (n + max) as u64 * per_token;
+        if bytes > self.limit {
+            return Err(ApiError::invalid(
+                "max_tokens",
+                format!(
+                    "this request may hold {:.1} MB of K/V cache ({n} prompt and {max} new \
+                     tokens at {per_token} bytes each), more than the server's --cache-mb of \
+                     {:.1} MB; ask for fewer tokens (max_tokens), or start the server with a \
+                     larger --cache-mb",
+                    bytes as f64 / 1e6,
+                    self.limit as f64 / 1e6
+                ),
+            )
+            .code("cache_limit_exceeded"));
+        }
+        let cfg = GenerateConfig {
+            max_new_tokens: max,
+            stop_at_eos: true,
+            stop_strings: req.stop.clone(),
+            sampling: SamplingParams {
+                temperature: req.temperature,
+                top_k: req.top_k,
+                top_p: req.top_p,
+                seed: req.seed.unwrap_or_else(rand::random),
+            },
+        };
+        Ok(Prepared {
+            tokens,
+            key: format!("{args:?}"),
+            args,
+            cfg,
+            bytes,
+        })
+    }
+
+    /// The server's flags with the request's `qada` fields, resolved as `qada generate`
+    /// resolves its flags (the shipped setting when no criterion is named).
+    fn request_args(&self, req: &GenRequest) -> Result<CriterionArgs, ApiError> {
+        let mut a = self.base.clone();
+        let q = &req.qada;
+        match q.criterion.as_deref() {
+            Some("shipped") => {
+                a.setting = Some("shipped".into());
+                a.criterion = None;
+            }
+            Some(c) => {
+                a.setting = None;
+                a.criterion = Some(c.to_string());
+            }
+            None => {}
+        }
+        if q.tau.is_some() {
+            a.tau = q.tau;
+        }
+        if let Some(kv) = &q.kv {
+            a.kv = kv.clone();
+        }
+        if let Some(p) = q.page {
+            a.page = p;
+        }
+        if let Some(c) = q.channels {
+            a.channels = c;
+        }
+        let bad = |e: Box<dyn std::error::Error>| ApiError::invalid("qada", format!("qada: {e}"));
+        a.resolve(self.model, Fallback::Shipped).map_err(bad)?;
+        // build once, so that a bad value is refused now and not on the worker
+        a.criterion(self.model).map_err(bad)?;
+        a.kv_dtype().map_err(bad)?;
+        a.window().map_err(bad)?;
+        a.moments(self.model).map_err(bad)?;
+        Ok(a)
+    }
+
+    /// The prompt's tokens: chat messages through the model's template, text as
+    /// `qada generate --raw` encodes it, ids checked against the vocabulary.
+    fn tokens(&self, prompt: &Prompt) -> Result<Vec<u32>, ApiError> {
+        let tok = &self.model.tokenizer;
+        let tokens = match prompt {
+            Prompt::Messages(m) => {
+                let t = tok.chat_template().ok_or_else(|| {
+                    ApiError::invalid(
+                        "messages",
+                        format!(
+                            "this model has no usable chat template ({}): send a raw prompt \
+                             to /v1/completions",
+                            tok.chat_template_problem().unwrap_or("the file has none")
+                        ),
+                    )
+                })?;
+                let text = t
+                    .render(m, true)
+                    .map_err(|e| ApiError::invalid("messages", format!("chat template: {e}")))?;
+                tok.encode(&text)
+            }
+            Prompt::Text(s) => tok.encode(s),
+            Prompt::Tokens(ids) => {
+                let vocab = self.model.config.vocab_size;
+                if let Some(bad) = ids.iter().find(|&&i| i as usize >= vocab) {
+                    return Err(ApiError::invalid(
+                        "prompt",
+                        format!("token id {bad} is outside the vocabulary of {vocab}"),
+                    ));
+                }
+                Ok(ids.clone())
+            }
+        }
+        .map_err(|e| ApiError::invalid("prompt", format!("tokenizing the prompt: {e}")))?;
+        if tokens.is_empty() {
+            return Err(ApiError::invalid(
+                "prompt",
+                "the prompt has no tokens: send some text",
+            ));
+        }
+        Ok(tokens)
+    }
+
+    /// Run a prepared request, sending its text and its end on `tx`.
+    pub fn run(&self, p: Prepared, tx: &Sender<Event>) {
+        let m = &self.metrics;
+        m.active.fetch_add(1, Relaxed);
+        let end = match self.generate(p, tx) {
+            Ok(s) => Event::Done(Box::new(s)),
+            Err(e) => Event::Failed(e),
+        };
+        m.active.fetch_sub(1, Relaxed);
+        // the client may be gone: nobody to tell
+        let _ = tx.blocking_send(end);
+    }
+
+    /// Reserve the request's bytes, and take the kept session with its longest prefix;
+    /// kept sessions are dropped, least recently used first, to make room.
+    fn admit(
+        &self,
+        p: &Prepared,
+    ) -> Result<Option<(KeptSession, usize)>, ApiError> {
+        let mut kept = lock(&self.kept);
+        let found = kept.take(&p.key, &p.tokens);
+        let running = self.running.load(Relaxed);
+        if running + p.bytes > self.limit {
+            if let Some((k, _)) = found {
+                kept.put(k);
+            }
+            return Err(ApiError {
+                retry_after: Some(2),
+                ..ApiError::status(
+                    429,
+                    "rate_limit_error",
+                    format!(
+                        "the running requests hold {:.1} MB of the server's {:.1} MB of K/V \
+                         cache and this one may need {:.1} MB: retry shortly",
+                        running as f64 / 1e6,
+                        self.limit as f64 / 1e6,
+                        p.bytes as f64 / 1e6
+                    ),
+                )
+            });
+        }
+        self.running.fetch_add(p.bytes, Relaxed);
+        let budget = self.limit - running - p.bytes;
+        let dropped = kept.evict_to(budget);
+        let m = &self.metrics;
+        m.evictions.fetch_add(dropped as u64, Relaxed);
+        m.idle.store(kept.len() as u64, Relaxed);
+        m.cache_bytes
+            .store(kept.bytes() + running + p.bytes, Relaxed);
+        Ok(found)
+    }
+
+    /// Keep a session after its request, and release the request's reservation.
+    fn keep(&self, k: Option<KeptSession>, reserved: u64) {
+        let mut kept = lock(&self.kept);
+        let running = self.running.fetch_sub(reserved, Relaxed) - reserved;
+        if let Some(k) = k {
+            kept.put(k);
+        }
+        let dropped = kept.evict_to(self.limit.saturating_sub(running));
+        let m = &self.metrics;
+        m.evictions.fetch_add(dropped as u64, Relaxed);
+        m.idle.store(kept.len() as u64, Relaxed);
+        m.cache_bytes.store(kept.bytes() + running, Relaxed);
+    }
+
+    fn generate(&self, p: Prepared, tx: &Sender<Event>) -> Result<Summary, ApiError> {
+        let found = self.admit(&p)?;
+        let mut kept = None;
+        let out = self.generate_admitted(&p, found, &mut kept, tx);
+        self.keep(kept, p.bytes);
+        out
+    }
+
+    /// [`Engine::generate`] once admitted: `found` the kept session to start from; the
+    /// session is left in `kept` whatever happens, for the prefix cache.
+    fn generate_admitted(
+        &self,
+        p: &Prepared,
+        found: Option<(KeptSession, usize)>,
+        kept: &mut Option<KeptSession>,
+        tx: &Sender<Event>,
+    ) -> Result<Summary, ApiError> {
+        let internal = |e: qada_model::ModelError| {
+            ApiError::status(500, "server_error", format!("the model failed: {e}"))
+        };
+        let criterion = p
+            .args
+            .criterion(self.model)
+            .map_err(|e| ApiError::invalid("qada", e.to_string()))?;
+        let pages = criterion.bulk_summaries().page.is_some();
+        let (mut session, mut marks, from) = match found {
+            Some((k, m)) => {
+                let mut session = k.state;
+                let mut marks = k.marks;
+                marks.truncate(m + 1);
+                session.restore(&marks[m].1).map_err(internal)?;
+                session.set_criterion(criterion).map_err(internal)?;
+                let from = marks[m].0;
+                (session, marks, from)
+            }
+            None => {
+                let opts = SessionOptions {
+                    criterion,
+                    window: p
+                        .args
+                        .window()
+                        .map_err(|e| ApiError::invalid("qada", e.to_string()))?,
+                    moments: p
+                        .args
+                        .moments(self.model)
+                        .map_err(|e| ApiError::invalid("qada", e.to_string()))?,
+                    capacity: None,
+                    kv_dtype: p
+                        .args
+                        .kv_dtype()
+                        .map_err(|e| ApiError::invalid("qada", e.to_string()))?,
+                };
+                (
+                    Session::new(self.model, opts).map_err(internal)?,
+                    Vec::new(),
+                    0,
+                )
+            }
+        };
+        let per_token = self.bytes_per_token(&p.args)?;
+        let m = &self.metrics;
+        let n = p.tokens.len();
+        m.prompt_tokens.fetch_add(n as u64, Relaxed);
+        m.cached_tokens.fetch_add(from as u64, Relaxed);
+        // the rest of the prompt in whole blocks from the cache's end, a mark where kept
+        let t0 = Instant::now();
+        let mut at = from;
+        let prefilled = loop {
+            let next = (at / PREFILL_BLOCK + 1) * PREFILL_BLOCK;
+            if next >= n {
+                break session.prefill(&p.tokens[at..], &mut |_, _| {}).map(|_| ());
+            }
+            if let Err(e) = session.extend(&p.tokens[at..next], &mut |_, _| {}) {
+                break Err(e);
+            }
+            at = next;
+            if keeps_mark(at, n) {
+                marks.push((at, session.checkpoint()));
+            }
+            if tx.is_closed() {
+                m.disconnects.fetch_add(1, Relaxed);
+                let bytes = self.kept_bytes(&session, &marks, per_token, pages);
+                *kept = Some(Kept::new(
+                    session,
+                    p.key.clone(),
+                    p.tokens[..at].to_vec(),
+                    marks,
+                    bytes,
+                ));
+                return Err(ApiError::status(
+                    499,
+                    "client_closed",
+                    "the client went away",
+                ));
+            }
+        };
+        let prefill_secs = t0.elapsed().as_secs_f64();
+        m.prefill_us.fetch_add((prefill_secs * 1e6) as u64, Relaxed);
+        if let Err(e) = prefilled {
+            return Err(internal(e));
+        }
+        let g = generate_after_prefill(
+            &mut session,
+            &p.tokens,
+            prefill_secs,
+            &p.cfg,
+            &mut |piece| {
+                if piece.is_empty() || tx.blocking_send(Event::Text(piece.to_string())).is_ok() {
+                    ControlFlow::Continue(())
+                } else {
+                    ControlFlow::Break(())
+                }
+            },
+        );
+        let acc = session.accounting().clone();
+        let bytes = self.kept_bytes(&session, &marks, per_token, pages);
+        *kept = Some(Kept::new(
+            session,
+            p.key.clone(),
+            p.tokens.clone(),
+            marks,
+            bytes,
+        ));
+        let g = g.map_err(internal)?;
+        m.decode_us.fetch_add((g.decode_secs * 1e6) as u64, Relaxed);
+        m.generated_tokens
+            .fetch_add(g.generated_ids.len() as u64, Relaxed);
+        let finish_reason = match g.stop {
+            StopReason::Eos | StopReason::StopString => "stop",
+            StopReason::MaxTokens | StopReason::ContextFull => "length",
+            StopReason::Interrupted => {
+                m.disconnects.fetch_add(1, Relaxed);
+                return Err(ApiError::status(
+                    499,
+                    "client_closed",
+                    "the client went away",
+                ));
+            }
+        };
+        let a = &p.args;
+        let completion = g.generated_ids.len();
+        let usage = json!({
+            "prompt_tokens": n,
+            "completion_tokens": completion,
+            "total_tokens": n + completion,
+            "prompt_tokens_details": {"cached_tokens": from},
+            "qada": {
+                "setting": a.describe(),
+                "criterion": a.name(),
+                "tau": a.tau(),
+                "kv": a.kv,
+                "decisions": acc.total().decisions,
+                "sparsity": acc.sparsity(),
+                "kv_bytes_ratio": acc.kv_bytes_ratio(),
+                "attention_flops_ratio": acc.flops_ratio(),
+                "prefill_seconds": g.prefill_secs,
+                "decode_seconds": g.decode_secs,
+                "decode_tokens_per_second": g.decode_steps as f64 / g.decode_secs.max(1e-9),
+            },
+        });
+        Ok(Summary {
+            finish_reason,
+            usage,
+        })
+    }
+
+    /// Bytes a kept session holds: its K/V and its marks (estimated, see
+    /// [`Engine::mark_bytes`]).
+    fn kept_bytes(
+        &self,
+        s: &Session<'static>,
+        marks: &[(usize, SessionCheckpoint)],
+        per_token: u64,
+        pages: bool,
+    ) -> u64 {
+        let own = s.cache().stored_bytes() as u64;
+        own + marks
+            .iter()
+            .map(|(pos, _)| self.mark_bytes(*pos, per_token, pages))
+            .sum::<u64>()
+    }
+}
