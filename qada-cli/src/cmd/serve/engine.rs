@@ -85,7 +85,14 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Engine {
     /// An engine for `model`, deciding as `base` says (resolved per request), holding at most
     /// `limit` bytes of caches.
-    pub fn new(model: &'static Model, name: String, base: CriterionArgs, limit: u64) -> Self {
+    /// `keep` sessions at most kept for their prefix.
+    pub fn new(
+        model: &'static Model,
+        name: String,
+        base: CriterionArgs,
+        limit: u64,
+        keep: usize,
+    ) -> Self {
         Engine {
             model,
             name,
@@ -93,7 +100,7 @@ impl Engine {
             metrics: Arc::new(Metrics::default()),
             limit,
             running: AtomicU64::new(0),
-            kept: Mutex::new(PrefixCache::default()),
+            kept: Mutex::new(PrefixCache::new(keep)),
         }
     }
 
@@ -301,10 +308,7 @@ impl Engine {
 
     /// Reserve the request's bytes, and take the kept session with its longest prefix;
     /// kept sessions are dropped, least recently used first, to make room.
-    fn admit(
-        &self,
-        p: &Prepared,
-    ) -> Result<Option<(KeptSession, usize)>, ApiError> {
+    fn admit(&self, p: &Prepared) -> Result<Option<(KeptSession, usize)>, ApiError> {
         let mut kept = lock(&self.kept);
         let found = kept.take(&p.key, &p.tokens);
         let running = self.running.load(Relaxed);

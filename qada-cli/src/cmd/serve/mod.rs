@@ -51,6 +51,10 @@ pub struct Args {
     /// session and one more for the prefix cache.
     #[arg(long)]
     cache_mb: Option<f64>,
+    /// Most sessions kept for their prompt's prefix after their request (0: no prefix
+    /// cache); the least recently used goes first.
+    #[arg(long, default_value_t = 8)]
+    keep: usize,
     /// Largest request body, in megabytes.
     #[arg(long, default_value_t = 8.0)]
     body_mb: f64,
@@ -89,7 +93,13 @@ pub fn run(mut a: Args) -> CliResult<()> {
         None => ((a.parallel + 1) * c.context_length * per_token) as u64,
     };
     let name = a.name.take().unwrap_or_else(|| served_name(&a.model));
-    let engine = Arc::new(engine::Engine::new(model, name.clone(), a.criterion, limit));
+    let engine = Arc::new(engine::Engine::new(
+        model,
+        name.clone(),
+        a.criterion,
+        limit,
+        a.keep,
+    ));
     let app = Arc::new(http::App {
         engine,
         sessions: Arc::new(Semaphore::new(a.parallel)),

@@ -62,16 +62,10 @@ pub fn keeps_mark(pos: usize, len: usize) -> bool {
 /// The kept sessions.
 pub struct PrefixCache<S, C> {
     kept: Vec<Kept<S, C>>,
+    /// Most sessions kept (each holds buffers beyond its K/V, so their number is bounded
+    /// too, not only their bytes).
+    most: usize,
     clock: u64,
-}
-
-impl<S, C> Default for PrefixCache<S, C> {
-    fn default() -> Self {
-        PrefixCache {
-            kept: Vec::new(),
-            clock: 0,
-        }
-    }
 }
 
 /// Tokens two sequences share from their start.
@@ -80,6 +74,15 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 }
 
 impl<S, C> PrefixCache<S, C> {
+    /// An empty cache that keeps at most `most` sessions.
+    pub fn new(most: usize) -> Self {
+        PrefixCache {
+            kept: Vec::new(),
+            most,
+            clock: 0,
+        }
+    }
+
     /// Sessions kept.
     pub fn len(&self) -> usize {
         self.kept.len()
@@ -120,11 +123,11 @@ impl<S, C> PrefixCache<S, C> {
         self.kept.push(k);
     }
 
-    /// Drop the least recently used sessions until the rest hold at most `budget` bytes;
-    /// returns how many were dropped.
+    /// Drop the least recently used sessions until the rest hold at most `budget` bytes and
+    /// are at most as many as the cache keeps; returns how many were dropped.
     pub fn evict_to(&mut self, budget: u64) -> usize {
         let mut dropped = 0;
-        while self.bytes() > budget {
+        while self.bytes() > budget || self.kept.len() > self.most {
             let Some(lru) = (0..self.kept.len()).min_by_key(|&i| self.kept[i].used) else {
                 break;
             };
@@ -161,7 +164,7 @@ mod tests {
     #[test]
     fn take_finds_the_longest_mark_within_the_shared_prefix_and_setting() {
         let doc: Vec<u32> = (0..3 * B as u32 + 40).collect();
-        let mut c = PrefixCache::default();
+        let mut c = PrefixCache::new(8);
         c.put(kept("dense", doc.clone(), 10));
         c.put(kept("channels", doc.clone(), 10));
         // the same document, another question after it: the mark at 3 blocks
@@ -188,7 +191,7 @@ mod tests {
 
     #[test]
     fn eviction_drops_the_least_recently_used_first() {
-        let mut c = PrefixCache::default();
+        let mut c = PrefixCache::new(8);
         for (i, key) in ["a", "b", "c"].iter().enumerate() {
             c.put(kept(key, vec![i as u32; 2 * B], 100));
         }
@@ -199,6 +202,14 @@ mod tests {
         assert!(c.take("b", &[1; 2 * B + 1]).is_none());
         assert_eq!(c.evict_to(0), 2);
         assert_eq!((c.len(), c.bytes()), (0, 0));
+        // and beyond the count, whatever the bytes
+        let mut c = PrefixCache::new(2);
+        for (i, key) in ["a", "b", "c"].iter().enumerate() {
+            c.put(kept(key, vec![i as u32; 2 * B], 1));
+        }
+        assert_eq!(c.evict_to(u64::MAX), 1);
+        assert!(c.take("a", &[0; 2 * B + 1]).is_none());
+        assert_eq!(c.len(), 2);
     }
 
     proptest! {
@@ -209,7 +220,7 @@ mod tests {
             cut in 0usize..5 * B,
             len in 1usize..5 * B,
         ) {
-            let mut c = PrefixCache::default();
+            let mut c = PrefixCache::new(8);
             for (i, n) in kept_lens.iter().enumerate() {
                 let tokens: Vec<u32> = (0..*n as u32).map(|t| t + (i as u32 % 2) * (t >= cut as u32) as u32 * 1000).collect();
                 c.put(kept("k", tokens, 1));
