@@ -89,10 +89,10 @@ def server():
 @pytest.fixture(scope="session")
 def strict():
     """A small server: 512 tokens of context, one session, a queue of one, an API key, a body
-    limit of 20 kB."""
+    limit of 20 kB, 12 MB of K/V cache (a full context of f16 K/V is 11.8 MB on SmolLM2)."""
     s = Server(
         "--ctx", "512", "--parallel", "1", "--queue", "1", "--api-key", "sekrit",
-        "--body-mb", "0.02",
+        "--body-mb", "0.02", "--cache-mb", "12",
     )
     yield s
     s.stop()

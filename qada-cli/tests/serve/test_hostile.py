@@ -64,6 +64,14 @@ def test_an_overlong_prompt_says_context_length_exceeded(strict):
     assert "512" in err["error"]["message"]
 
 
+def test_a_request_that_could_pass_the_cache_bound_is_refused_with_the_sizes(strict):
+    # an f32 cache doubles the bytes of a token: 401 tokens need 18.5 MB of the 12 allowed
+    body = {"prompt": "a", "max_tokens": 400, "qada": {"kv": "f32", "criterion": "dense"}}
+    got, err, _ = post(strict.url, "/v1/completions", body, KEY)
+    assert got == 400 and err["error"]["code"] == "cache_limit_exceeded", err
+    assert "--cache-mb" in err["error"]["message"] and "12.0 MB" in err["error"]["message"]
+
+
 def test_a_body_over_the_limit_is_413(strict):
     got, err, _ = post(strict.url, CHAT, {"messages": [{"role": "user", "content": "x" * 50_000}]}, KEY)
     assert got == 413

@@ -10,10 +10,11 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
+use qada_core::Accounting;
 use qada_model::session::PREFILL_BLOCK;
 use qada_model::{
-    generate_after_prefill, GenerateConfig, Model, SamplingParams, Session, SessionCheckpoint,
-    SessionOptions, StopReason,
+    generate_after_prefill, GenerateConfig, Generation, Model, SamplingParams, Session,
+    SessionCheckpoint, SessionOptions, StopReason,
 };
 use serde_json::{json, Value};
 use tokio::sync::mpsc::Sender;
@@ -59,6 +60,9 @@ pub struct Prepared {
 
 /// A session kept for its prefix, with its marks.
 type KeptSession = Kept<Session<'static>, SessionCheckpoint>;
+
+/// Checkpoints inside a prompt: `(tokens before, checkpoint)`.
+type Marks = Vec<(usize, SessionCheckpoint)>;
 
 /// The model, the setting the server was started with, the kept sessions.
 pub struct Engine {
@@ -373,153 +377,84 @@ impl Engine {
         kept: &mut Option<KeptSession>,
         tx: &Sender<Event>,
     ) -> Result<Summary, ApiError> {
-        let internal = |e: qada_model::ModelError| {
-            ApiError::status(500, "server_error", format!("the model failed: {e}"))
-        };
-        let criterion = p
-            .args
-            .criterion(self.model)
-            .map_err(|e| ApiError::invalid("qada", e.to_string()))?;
-        let pages = criterion.bulk_summaries().page.is_some();
-        let (mut session, mut marks, from) = match found {
-            Some((k, m)) => {
-                let mut session = k.state;
-                let mut marks = k.marks;
-                marks.truncate(m + 1);
-                session.restore(&marks[m].1).map_err(internal)?;
-                session.set_criterion(criterion).map_err(internal)?;
-                let from = marks[m].0;
-                (session, marks, from)
-            }
-            None => {
-                let opts = SessionOptions {
-                    criterion,
-                    window: p
-                        .args
-                        .window()
-                        .map_err(|e| ApiError::invalid("qada", e.to_string()))?,
-                    moments: p
-                        .args
-                        .moments(self.model)
-                        .map_err(|e| ApiError::invalid("qada", e.to_string()))?,
-                    capacity: None,
-                    kv_dtype: p
-                        .args
-                        .kv_dtype()
-                        .map_err(|e| ApiError::invalid("qada", e.to_string()))?,
-                };
-                (
-                    Session::new(self.model, opts).map_err(internal)?,
-                    Vec::new(),
-                    0,
-                )
-            }
-        };
-        let per_token = self.bytes_per_token(&p.args)?;
+        let (mut session, mut marks, from) = self.session_for(p, found)?;
         let m = &self.metrics;
-        let n = p.tokens.len();
-        m.prompt_tokens.fetch_add(n as u64, Relaxed);
+        m.prompt_tokens.fetch_add(p.tokens.len() as u64, Relaxed);
         m.cached_tokens.fetch_add(from as u64, Relaxed);
-        // the rest of the prompt in whole blocks from the cache's end, a mark where kept
         let t0 = Instant::now();
-        let mut at = from;
-        let prefilled = loop {
-            let next = (at / PREFILL_BLOCK + 1) * PREFILL_BLOCK;
-            if next >= n {
-                break session.prefill(&p.tokens[at..], &mut |_, _| {}).map(|_| ());
-            }
-            if let Err(e) = session.extend(&p.tokens[at..next], &mut |_, _| {}) {
-                break Err(e);
-            }
-            at = next;
-            if keeps_mark(at, n) {
-                marks.push((at, session.checkpoint()));
-            }
-            if tx.is_closed() {
-                m.disconnects.fetch_add(1, Relaxed);
-                let bytes = self.kept_bytes(&session, &marks, per_token, pages);
-                *kept = Some(Kept::new(
-                    session,
-                    p.key.clone(),
-                    p.tokens[..at].to_vec(),
-                    marks,
-                    bytes,
-                ));
-                return Err(ApiError::status(
-                    499,
-                    "client_closed",
-                    "the client went away",
-                ));
-            }
-        };
+        let prefilled = prefill_rest(&mut session, &p.tokens, from, &mut marks, tx);
         let prefill_secs = t0.elapsed().as_secs_f64();
         m.prefill_us.fetch_add((prefill_secs * 1e6) as u64, Relaxed);
-        if let Err(e) = prefilled {
-            return Err(internal(e));
-        }
-        let g = generate_after_prefill(
-            &mut session,
-            &p.tokens,
-            prefill_secs,
-            &p.cfg,
-            &mut |piece| {
-                if piece.is_empty() || tx.blocking_send(Event::Text(piece.to_string())).is_ok() {
-                    ControlFlow::Continue(())
-                } else {
-                    ControlFlow::Break(())
-                }
-            },
-        );
+        let g = match prefilled {
+            Ok(true) => Some(generate_after_prefill(
+                &mut session,
+                &p.tokens,
+                prefill_secs,
+                &p.cfg,
+                &mut |piece| {
+                    let sent = piece.is_empty()
+                        || tx.blocking_send(Event::Text(piece.to_string())).is_ok();
+                    if sent {
+                        ControlFlow::Continue(())
+                    } else {
+                        ControlFlow::Break(())
+                    }
+                },
+            )),
+            Ok(false) => None,
+            Err(e) => Some(Err(e)),
+        };
+        // kept whatever happened: its marks hold
         let acc = session.accounting().clone();
-        let bytes = self.kept_bytes(&session, &marks, per_token, pages);
-        *kept = Some(Kept::new(
-            session,
-            p.key.clone(),
-            p.tokens.clone(),
-            marks,
-            bytes,
-        ));
-        let g = g.map_err(internal)?;
+        let done = session.len().min(p.tokens.len());
+        let bytes = self.kept_bytes(&session, &marks, &p.args)?;
+        let tokens = p.tokens[..done].to_vec();
+        *kept = Some(Kept::new(session, p.key.clone(), tokens, marks, bytes));
+        let left = || {
+            m.disconnects.fetch_add(1, Relaxed);
+            ApiError::status(499, "client_closed", "the client went away")
+        };
+        let g = g.ok_or_else(left)?.map_err(internal)?;
         m.decode_us.fetch_add((g.decode_secs * 1e6) as u64, Relaxed);
         m.generated_tokens
             .fetch_add(g.generated_ids.len() as u64, Relaxed);
         let finish_reason = match g.stop {
             StopReason::Eos | StopReason::StopString => "stop",
             StopReason::MaxTokens | StopReason::ContextFull => "length",
-            StopReason::Interrupted => {
-                m.disconnects.fetch_add(1, Relaxed);
-                return Err(ApiError::status(
-                    499,
-                    "client_closed",
-                    "the client went away",
-                ));
-            }
+            StopReason::Interrupted => return Err(left()),
         };
-        let a = &p.args;
-        let completion = g.generated_ids.len();
-        let usage = json!({
-            "prompt_tokens": n,
-            "completion_tokens": completion,
-            "total_tokens": n + completion,
-            "prompt_tokens_details": {"cached_tokens": from},
-            "qada": {
-                "setting": a.describe(),
-                "criterion": a.name(),
-                "tau": a.tau(),
-                "kv": a.kv,
-                "decisions": acc.total().decisions,
-                "sparsity": acc.sparsity(),
-                "kv_bytes_ratio": acc.kv_bytes_ratio(),
-                "attention_flops_ratio": acc.flops_ratio(),
-                "prefill_seconds": g.prefill_secs,
-                "decode_seconds": g.decode_secs,
-                "decode_tokens_per_second": g.decode_steps as f64 / g.decode_secs.max(1e-9),
-            },
-        });
         Ok(Summary {
             finish_reason,
-            usage,
+            usage: usage(&p.args, &g, from, &acc),
         })
+    }
+
+    /// The session a request starts from: the kept one restored to its mark, or a new one;
+    /// with its marks and the tokens it holds.
+    fn session_for(
+        &self,
+        p: &Prepared,
+        found: Option<(KeptSession, usize)>,
+    ) -> Result<(Session<'static>, Marks, usize), ApiError> {
+        if let Some((k, m)) = found {
+            let (mut session, mut marks) = (k.state, k.marks);
+            marks.truncate(m + 1);
+            // same setting (the cache's key), so the session's criterion is the request's
+            session.restore(&marks[m].1).map_err(internal)?;
+            let from = marks[m].0;
+            return Ok((session, marks, from));
+        }
+        let bad = |e: Box<dyn std::error::Error>| ApiError::invalid("qada", e.to_string());
+        let a = &p.args;
+        let opts = SessionOptions {
+            criterion: a.criterion(self.model).map_err(bad)?,
+            window: a.window().map_err(bad)?,
+            moments: a.moments(self.model).map_err(bad)?,
+            capacity: None,
+            kv_dtype: a.kv_dtype().map_err(bad)?,
+        };
+        let session = Session::new(self.model, opts).map_err(internal)?;
+        Ok((session, Vec::new(), 0))
     }
 
     /// Bytes a kept session holds: its K/V and its marks (estimated, see
@@ -528,13 +463,72 @@ impl Engine {
         &self,
         s: &Session<'static>,
         marks: &[(usize, SessionCheckpoint)],
-        per_token: u64,
-        pages: bool,
-    ) -> u64 {
+        args: &CriterionArgs,
+    ) -> Result<u64, ApiError> {
+        let per_token = self.bytes_per_token(args)?;
+        let pages = s.criterion().bulk_summaries().page.is_some();
         let own = s.cache().stored_bytes() as u64;
-        own + marks
-            .iter()
-            .map(|(pos, _)| self.mark_bytes(*pos, per_token, pages))
-            .sum::<u64>()
+        Ok(own
+            + marks
+                .iter()
+                .map(|(pos, _)| self.mark_bytes(*pos, per_token, pages))
+                .sum::<u64>())
     }
+}
+
+/// A model failure, as a 500.
+fn internal(e: qada_model::ModelError) -> ApiError {
+    ApiError::status(500, "server_error", format!("the model failed: {e}"))
+}
+
+/// Run the prompt from `from` (a mark, or 0) in whole blocks, keeping marks; the last part
+/// ends prefill. `Ok(false)` when the client left between blocks.
+fn prefill_rest(
+    session: &mut Session<'static>,
+    tokens: &[u32],
+    from: usize,
+    marks: &mut Marks,
+    tx: &Sender<Event>,
+) -> qada_model::Result<bool> {
+    let n = tokens.len();
+    let mut at = from;
+    loop {
+        let next = (at / PREFILL_BLOCK + 1) * PREFILL_BLOCK;
+        if next >= n {
+            session.prefill(&tokens[at..], &mut |_, _| {})?;
+            return Ok(true);
+        }
+        session.extend(&tokens[at..next], &mut |_, _| {})?;
+        at = next;
+        if keeps_mark(at, n) {
+            marks.push((at, session.checkpoint()));
+        }
+        if tx.is_closed() {
+            return Ok(false);
+        }
+    }
+}
+
+/// OpenAI's `usage`, with the prompt tokens from the cache and qada's accounting.
+fn usage(a: &CriterionArgs, g: &Generation, cached: usize, acc: &Accounting) -> Value {
+    let (n, completion) = (g.prompt_ids.len(), g.generated_ids.len());
+    json!({
+        "prompt_tokens": n,
+        "completion_tokens": completion,
+        "total_tokens": n + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "qada": {
+            "setting": a.describe(),
+            "criterion": a.name(),
+            "tau": a.tau(),
+            "kv": a.kv,
+            "decisions": acc.total().decisions,
+            "sparsity": acc.sparsity(),
+            "kv_bytes_ratio": acc.kv_bytes_ratio(),
+            "attention_flops_ratio": acc.flops_ratio(),
+            "prefill_seconds": g.prefill_secs,
+            "decode_seconds": g.decode_secs,
+            "decode_tokens_per_second": g.decode_steps as f64 / g.decode_secs.max(1e-9),
+        },
+    })
 }
