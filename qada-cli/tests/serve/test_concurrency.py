@@ -102,3 +102,16 @@ def test_a_full_queue_answers_429_with_retry_after(strict):
         lambda m: m["qada_active_sessions"] == 0 and m["qada_queued_requests"] == 0, headers=key
     )
     time.sleep(0.1)
+
+
+def test_a_client_that_leaves_before_a_whole_answer_stops_it_too(server):
+    before = server.metrics()["qada_client_disconnects_total"]
+    u = urllib.parse.urlparse(server.url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    body = {"prompt": "Once upon a time", "max_tokens": 4000, "temperature": 0}
+    conn.request("POST", "/v1/completions", body=json.dumps(body),
+                 headers={"Content-Type": "application/json"})
+    server.wait_for(lambda m: m["qada_active_sessions"] >= 1)
+    conn.close()
+    m = server.wait_for(lambda m: m["qada_active_sessions"] == 0, timeout=60)
+    assert m["qada_client_disconnects_total"] == before + 1
