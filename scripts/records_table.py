@@ -12,6 +12,11 @@ Prints two Markdown tables:
 
 A configuration is METHOD or METHOD:PARAMETER (tau or alpha) as in the records; where files
 overlap, the first record of a (task, length, sample, method, parameter) counts.
+
+`--where FIELD=VALUE` (repeatable) keeps the records whose run has that value: FIELD one of
+the run's fields (commit, version, cpu, cpu_family, cpu_model, threads, activations, kv);
+`FIELD~TEXT` keeps those whose value contains TEXT. Records written before records named
+their run have no run and are left out by any `--where`.
 """
 
 import argparse
@@ -23,11 +28,29 @@ def mean(xs):
     return sum(xs) / len(xs)
 
 
-def load(paths):
+def matches(r, wheres):
+    """Whether record `r`'s run passes every FIELD=VALUE or FIELD~TEXT of `wheres`."""
+    run = r.get("run") or {}
+    for w in wheres:
+        field, op, want = w.partition("~") if "~" in w else w.partition("=")
+        if not op:
+            raise SystemExit(f"--where {w!r}: write FIELD=VALUE or FIELD~TEXT")
+        have = run.get(field)
+        if have is None:
+            return False
+        have = str(have)
+        if (op == "=" and have != want) or (op == "~" and want not in have):
+            return False
+    return True
+
+
+def load(paths, wheres=()):
     seen, out = set(), []
     for path in paths.split(","):
         for line in open(path):
             r = json.loads(line)
+            if not matches(r, wheres):
+                continue
             p = "-" if r["parameter"] is None else "%g" % r["parameter"]
             key = (r["task"], r["length"], r["sample"], r["method"], p)
             if key not in seen:
@@ -108,8 +131,9 @@ if __name__ == "__main__":
     ap.add_argument("records")
     ap.add_argument("--lengths", required=True)
     ap.add_argument("--configs", required=True)
+    ap.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE")
     a = ap.parse_args()
-    recs = load(a.records)
+    recs = load(a.records, a.where)
     lengths = [int(x) for x in a.lengths.split(",")]
     configs = [config(c) for c in a.configs.split(",")]
     accuracy_table(recs, lengths, configs)

@@ -7,15 +7,7 @@
 # A run that collects no test fails.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-target=${CARGO_TARGET_DIR:-target}
-venv=${QADA_VENV:-$target/venv-py}
-if [ ! -x "$venv/bin/python" ]; then
-    python3 -m venv "$venv" || {
-        echo "test_serve.sh: cannot create a virtual environment: install Python's venv" \
-             "module (Debian/Ubuntu: apt-get install python3-venv)" >&2
-        exit 1
-    }
-fi
+source scripts/venv.sh
 "$venv/bin/python" -m pip install --quiet "openai==2.8.1" pytest
 # a no-op after `cargo test --workspace --all-targets` (scripts/test.sh runs it first)
 cargo build --profile test --quiet -p qada-cli

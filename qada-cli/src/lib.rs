@@ -10,6 +10,7 @@
 mod cmd;
 mod common;
 mod corpus;
+mod host;
 mod plot;
 mod setting;
 

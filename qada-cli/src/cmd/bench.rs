@@ -28,6 +28,7 @@ use crate::common::{
     fail, load_model, precision_name, progress_bar, CliResult, CriterionArgs, Fallback, ModelArgs,
 };
 use crate::corpus::{Corpus, Part};
+use crate::host::{cpu_description, cpu_simd_flags, COMMIT};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -144,50 +145,6 @@ fn read_bandwidth() -> f64 {
         best = best.max((buf.len() * 8) as f64 / secs);
     }
     best
-}
-
-/// The CPU as `/proc/cpuinfo` names it, with its family and model numbers (hosts of one
-/// product name differ: Zen 1 and Zen 3 EPYCs both say "AMD EPYC"), and the threads in use.
-fn cpu_description() -> String {
-    let field = cpuinfo_field;
-    let name = field("model name").unwrap_or_else(|| std::env::consts::ARCH.to_string());
-    let threads = rayon::current_num_threads();
-    match (field("cpu family"), field("model")) {
-        (Some(f), Some(m)) => format!("{name} (family {f}, model {m}), {threads} threads"),
-        _ => format!("{name}, {threads} threads"),
-    }
-}
-
-/// The first value of `key` in `/proc/cpuinfo` (its first processor), trimmed.
-fn cpuinfo_field(key: &str) -> Option<String> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    info.lines()
-        .find(|l| l.split(':').next().map(str::trim) == Some(key))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, v)| v.trim().to_string())
-}
-
-/// The SIMD features of this CPU that a kernel could use (from `/proc/cpuinfo`'s flags), so
-/// a record says what the host had besides what ran.
-fn cpu_simd_flags() -> Vec<String> {
-    const WANTED: [&str; 9] = [
-        "avx2",
-        "fma",
-        "f16c",
-        "avx_vnni",
-        "avx512f",
-        "avx512bw",
-        "avx512_vnni",
-        "amx_tile",
-        "amx_int8",
-    ];
-    let flags = cpuinfo_field("flags").unwrap_or_default();
-    let flags: Vec<&str> = flags.split_whitespace().collect();
-    WANTED
-        .iter()
-        .filter(|w| flags.contains(w))
-        .map(|w| w.to_string())
-        .collect()
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -338,6 +295,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
             "weight_bytes_per_token": weight_bytes,
             "read_bandwidth_bytes_per_s": bandwidth,
             "cpu": cpu,
+            "commit": COMMIT,
             "kernels": kernels,
             "cpu_simd_flags": cpu_flags,
             "activations": precision_name(model.activations),

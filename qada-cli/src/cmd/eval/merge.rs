@@ -73,6 +73,7 @@ mod tests {
             local: 0,
             kv_bytes: 1.0,
             dense_kv_bytes: 1.0,
+            run: None,
         }
     }
 

@@ -33,6 +33,9 @@ pub struct Record {
     /// K/V bytes read, and what dense attention would have read.
     pub kv_bytes: f64,
     pub dense_kv_bytes: f64,
+    /// What ran it ([`crate::host::run_info`]: commit, version, CPU, threads, activations,
+    /// cache type); `None` in records written before records named their run.
+    pub run: Option<serde_json::Value>,
 }
 
 /// Identifies a record for `--resume`: task, length, sample, method, parameter.
@@ -69,6 +72,7 @@ impl Record {
             local: t.local,
             kv_bytes: acc.kv_bytes,
             dense_kv_bytes: acc.dense_kv_bytes,
+            run: None,
         }
     }
 
@@ -88,12 +92,16 @@ impl Record {
             .iter()
             .map(|(k, v)| (k.clone(), json!(v)))
             .collect();
-        json!({
+        let mut v = json!({
             "task": self.task, "length": self.length, "sample": self.sample,
             "method": self.method, "parameter": self.param, "sums": sums, "units": self.units,
             "decisions": self.decisions, "local": self.local,
             "kv_bytes": self.kv_bytes, "dense_kv_bytes": self.dense_kv_bytes,
-        })
+        });
+        if let Some(run) = &self.run {
+            v["run"] = run.clone();
+        }
+        v
     }
 
     fn from_json(v: &serde_json::Value) -> Option<Record> {
@@ -113,6 +121,7 @@ impl Record {
             local: v["local"].as_u64()?,
             kv_bytes: v["kv_bytes"].as_f64()?,
             dense_kv_bytes: v["dense_kv_bytes"].as_f64()?,
+            run: v.get("run").filter(|r| r.is_object()).cloned(),
         })
     }
 }
@@ -128,6 +137,8 @@ pub struct RecordLog {
     file: File,
     done: HashSet<RecordKey>,
     records: Vec<Record>,
+    /// What names this run, given to each record pushed without one.
+    run: Option<serde_json::Value>,
 }
 
 impl RecordLog {
@@ -151,7 +162,15 @@ impl RecordLog {
             file,
             done: records.iter().map(Record::key).collect(),
             records,
+            run: None,
         })
+    }
+
+    /// Name every record this run writes from now on by `run` (see
+    /// [`crate::host::run_info`]); records that already carry one (merged from another
+    /// folder) keep theirs.
+    pub fn name_run(&mut self, run: serde_json::Value) {
+        self.run = Some(run);
     }
 
     /// True when the record with this key is already written.
@@ -160,7 +179,10 @@ impl RecordLog {
     }
 
     /// Append one record and flush it to disk.
-    pub fn push(&mut self, r: Record) -> CliResult<()> {
+    pub fn push(&mut self, mut r: Record) -> CliResult<()> {
+        if r.run.is_none() {
+            r.run.clone_from(&self.run);
+        }
         let line = serde_json::to_string(&r.to_json())?;
         writeln!(self.file, "{line}")
             .and_then(|_| self.file.flush())
@@ -252,6 +274,40 @@ mod tests {
         let log = RecordLog::open(&path, false).unwrap();
         assert!(log.records().is_empty());
         assert!(read_records(&path).unwrap().is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn records_carry_their_run_and_older_records_read_without_one() {
+        let dir = std::env::temp_dir().join(format!("qada-records-run-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("records.jsonl");
+        let mut log = RecordLog::open(&path, false).unwrap();
+        let run = crate::host::run_info("f32", "f16");
+        log.name_run(run.clone());
+        log.push(record(0, 1.0)).unwrap();
+        // a record merged from elsewhere keeps the run that made it
+        let other = json!({"commit": "abc", "cpu": "elsewhere"});
+        log.push(Record {
+            run: Some(other.clone()),
+            ..record(1, 1.0)
+        })
+        .unwrap();
+        drop(log);
+        // a record written before records named their run
+        let mut old = record(2, 0.5).to_json();
+        old.as_object_mut().unwrap().remove("run");
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        writeln!(f, "{old}").unwrap();
+        drop(f);
+        let read = read_records(&path).unwrap();
+        assert_eq!(read[0].run.as_ref(), Some(&run));
+        assert_eq!(read[1].run.as_ref(), Some(&other));
+        assert_eq!(read[2].run, None);
+        for key in ["commit", "version", "cpu", "threads", "activations", "kv"] {
+            assert!(!run[key].is_null(), "{key} missing from {run}");
+        }
+        assert_eq!((run["activations"].as_str(), run["kv"].as_str()), (Some("f32"), Some("f16")));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

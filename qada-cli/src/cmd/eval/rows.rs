@@ -173,6 +173,7 @@ mod tests {
             },
             kv_bytes: if method == "dense" { 100.0 } else { 50.0 },
             dense_kv_bytes: 100.0,
+            run: None,
         }
     }
 
