@@ -311,7 +311,10 @@ pub fn run(a: Args) -> CliResult<()> {
     let table = table.map(Arc::new);
     let cfgs = configs(&methods, &taus, &alphas, statics.as_ref(), &groups)?;
     let mut log = RecordLog::open(&a.out_dir.join("records.jsonl"), a.resume)?;
-    log.name_run(crate::host::run_info(precision_name(model.activations), &a.kv));
+    log.name_run(crate::host::run_info(
+        precision_name(model.activations),
+        &a.kv,
+    ));
     let sweep = Sweep {
         model: &model,
         corpus: &corpus,

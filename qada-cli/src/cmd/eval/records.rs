@@ -307,7 +307,10 @@ mod tests {
         for key in ["commit", "version", "cpu", "threads", "activations", "kv"] {
             assert!(!run[key].is_null(), "{key} missing from {run}");
         }
-        assert_eq!((run["activations"].as_str(), run["kv"].as_str()), (Some("f32"), Some("f16")));
+        assert_eq!(
+            (run["activations"].as_str(), run["kv"].as_str()),
+            (Some("f32"), Some("f16"))
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
