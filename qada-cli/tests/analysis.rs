@@ -243,6 +243,18 @@ fn quick_eval_writes_rows_tables_and_plots_and_resumes() {
     ] {
         assert!(methods.contains(m), "missing {m}");
     }
+    // every record names its run: the commit, the CPU, the threads, the types
+    let records = std::fs::read_to_string(dir.join("records.jsonl")).unwrap();
+    for line in records.lines() {
+        let run = &serde_json::from_str::<serde_json::Value>(line).unwrap()["run"];
+        for key in ["commit", "version", "cpu", "threads", "activations", "kv"] {
+            assert!(!run[key].is_null(), "{key} missing: {line}");
+        }
+        assert_eq!(
+            (run["activations"].as_str(), run["kv"].as_str()),
+            (Some("f32"), Some("f16"))
+        );
+    }
     let dense = rows.iter().find(|r| r["method"] == "dense").unwrap();
     assert_eq!(dense["sparsity"].as_f64().unwrap(), 0.0);
     assert_eq!(dense["kv_bytes"].as_f64().unwrap(), 1.0);
