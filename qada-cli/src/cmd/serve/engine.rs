@@ -58,6 +58,10 @@ pub struct Prepared {
     bytes: u64,
 }
 
+/// A request's reservation of cache bytes, with the kept session it starts from (if any):
+/// made by [`Engine::admit`], consumed by [`Engine::run`].
+pub struct Admitted(Option<(KeptSession, usize)>);
+
 /// A session kept for its prefix, with its marks.
 type KeptSession = Kept<Session<'static>, SessionCheckpoint>;
 
@@ -297,11 +301,14 @@ impl Engine {
         Ok(tokens)
     }
 
-    /// Run a prepared request, sending its text and its end on `tx`.
-    pub fn run(&self, p: Prepared, tx: &Sender<Event>) {
+    /// Run an admitted request, sending its text and its end on `tx`.
+    pub fn run(&self, p: Prepared, admitted: Admitted, tx: &Sender<Event>) {
         let m = &self.metrics;
         m.active.fetch_add(1, Relaxed);
-        let end = match self.generate(p, tx) {
+        let mut kept = None;
+        let out = self.generate_admitted(&p, admitted.0, &mut kept, tx);
+        self.keep(kept, p.bytes);
+        let end = match out {
             Ok(s) => Event::Done(Box::new(s)),
             Err(e) => Event::Failed(e),
         };
@@ -311,8 +318,14 @@ impl Engine {
     }
 
     /// Reserve the request's bytes, and take the kept session with its longest prefix;
-    /// kept sessions are dropped, least recently used first, to make room.
-    fn admit(&self, p: &Prepared) -> Result<Option<(KeptSession, usize)>, ApiError> {
+    /// kept sessions are dropped, least recently used first, to make room. A 429 when the
+    /// running requests hold too much, before any byte of the answer is sent. The
+    /// reservation is released by [`Engine::run`].
+    pub fn admit(&self, p: &Prepared) -> Result<Admitted, ApiError> {
+        self.reserve(p).map(Admitted)
+    }
+
+    fn reserve(&self, p: &Prepared) -> Result<Option<(KeptSession, usize)>, ApiError> {
         let mut kept = lock(&self.kept);
         let found = kept.take(&p.key, &p.tokens);
         let running = self.running.load(Relaxed);
@@ -360,15 +373,7 @@ impl Engine {
         m.cache_bytes.store(kept.bytes() + running, Relaxed);
     }
 
-    fn generate(&self, p: Prepared, tx: &Sender<Event>) -> Result<Summary, ApiError> {
-        let found = self.admit(&p)?;
-        let mut kept = None;
-        let out = self.generate_admitted(&p, found, &mut kept, tx);
-        self.keep(kept, p.bytes);
-        out
-    }
-
-    /// [`Engine::generate`] once admitted: `found` the kept session to start from; the
+    /// A request once admitted: `found` the kept session to start from; the
     /// session is left in `kept` whatever happens, for the prefix cache.
     fn generate_admitted(
         &self,

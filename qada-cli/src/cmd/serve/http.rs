@@ -222,11 +222,13 @@ async fn complete(
     .map_err(|e| ApiError::status(500, "server_error", format!("preparing failed: {e}")))?;
     let prepared = prepared?;
     let permit = session_permit(app).await?;
+    // brief (a lock and a lookup): a refusal is answered before the stream starts
+    let admitted = app.engine.admit(&prepared)?;
     let (tx, rx) = mpsc::channel(64);
     let engine = app.engine.clone();
     tokio::task::spawn_blocking(move || {
         let _permit = permit;
-        engine.run(prepared, &tx);
+        engine.run(prepared, admitted, &tx);
     });
     let id = app.next_id.fetch_add(1, Relaxed);
     let head = Head {
