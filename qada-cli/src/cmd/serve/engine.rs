@@ -117,14 +117,12 @@ impl Engine {
         self.model
     }
 
-    /// K/V bytes a token takes in every layer with `args`' cache type (sliding layers
-    /// counted in full: an upper bound).
+    /// K/V bytes a token takes with `args`' cache type ([`kv_bytes_per_token`]).
     fn bytes_per_token(&self, args: &CriterionArgs) -> Result<u64, ApiError> {
-        let c = &self.model.config;
         let dtype = args
             .kv_dtype()
             .map_err(|e| ApiError::invalid("qada.kv", e.to_string()))?;
-        Ok((2 * c.n_layers * dtype.bytes_for(c.n_kv_heads * c.head_dim)) as u64)
+        Ok(kv_bytes_per_token(self.model, dtype))
     }
 
     /// Bytes a mark after `pos` tokens holds, estimated: every KV head's moments (mean and
@@ -479,6 +477,13 @@ impl Engine {
                 .map(|(pos, _)| self.mark_bytes(*pos, per_token, pages))
                 .sum::<u64>())
     }
+}
+
+/// K/V bytes a token takes in every layer of `model` in a cache of `dtype` (sliding layers
+/// counted in full: an upper bound); the unit of `--cache-mb`'s accounting.
+pub fn kv_bytes_per_token(model: &Model, dtype: qada_kv::KvDtype) -> u64 {
+    let c = &model.config;
+    (2 * c.n_layers * dtype.bytes_for(c.n_kv_heads * c.head_dim)) as u64
 }
 
 /// A model failure, as a 500.

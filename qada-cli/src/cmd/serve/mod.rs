@@ -86,11 +86,11 @@ pub fn run(mut a: Args) -> CliResult<()> {
     // the model lives as long as the process: sessions borrow it from any thread
     let model: &'static qada_model::Model = Box::leak(Box::new(model));
     let c = &model.config;
-    let per_token = base.kv_dtype()?.bytes_for(c.n_kv_heads * c.head_dim) * 2 * c.n_layers;
+    let per_token = engine::kv_bytes_per_token(model, base.kv_dtype()?);
     let limit = match a.cache_mb {
         Some(mb) if mb > 0.0 && mb.is_finite() => (mb * 1e6) as u64,
         Some(mb) => return fail(format!("--cache-mb {mb}: must be a positive number")),
-        None => ((a.parallel + 1) * c.context_length * per_token) as u64,
+        None => (a.parallel + 1) as u64 * c.context_length as u64 * per_token,
     };
     let name = a.name.take().unwrap_or_else(|| served_name(&a.model));
     let engine = Arc::new(engine::Engine::new(
