@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The Python package qada (qada-py/): build its wheel with maturin (release profile, as
-# `pip install` does), install it into a virtual environment with numpy and pytest from PyPI,
-# run the pytest suite. The tests compare with qada-cli: the test-profile build that
-# `cargo test --workspace` leaves in target/debug (opt-level 3, the same numbers), so the
-# script adds one release build of the library crates, not of the CLI's too.
+# The Python package qada (qada-py/): build its wheel with maturin, install it into a virtual
+# environment with numpy and pytest from PyPI, run the pytest suite. The wheel is built in the
+# dev profile, whose settings the test profile inherits (Cargo.toml: opt-level 3), so its
+# library crates are the ones `cargo test --workspace` built in target/debug; a release wheel
+# (what `pip install` makes) was one more optimized build of them all, for the same numbers.
+# The tests compare with qada-cli, the test-profile build left in target/debug.
 # A run that collects no test fails.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -14,7 +15,7 @@ source scripts/venv.sh
 cargo build --profile test --quiet -p qada-cli
 wheels=$target/wheels-qada-py
 rm -rf "$wheels"
-"$venv/bin/maturin" build --release --quiet -m qada-py/Cargo.toml --out "$wheels"
+"$venv/bin/maturin" build --profile dev --quiet -m qada-py/Cargo.toml --out "$wheels"
 "$venv/bin/python" -m pip install --quiet --force-reinstall --no-deps "$wheels"/qada-*.whl
 status=0
 QADA_CLI=$target/debug/qada-cli "$venv/bin/python" -m pytest qada-py/tests -q -p no:cacheprovider \

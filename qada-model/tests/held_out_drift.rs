@@ -64,7 +64,7 @@ fn held_out_tokens(m: &Model) -> Vec<u32> {
     panic!("no speech from 1900 on has {} tokens", PREFILL + STEPS);
 }
 
-/// What one pair of runs differs by over the compared positions.
+/// What a fast path differs from the reference by over the compared positions.
 #[derive(Debug, Default)]
 struct Drift {
     /// Mean `KL(P_a || P_b)`, nats a token.
@@ -77,34 +77,40 @@ struct Drift {
     nll_change: f64,
 }
 
-/// Teacher-force the same held-out text through two dense sessions.
-fn drift(mut sa: Session<'_>, mut sb: Session<'_>, tokens: &[u32]) -> Drift {
-    let mut la = sa
-        .prefill(&tokens[..PREFILL], &mut |_, _| {})
-        .unwrap()
-        .to_vec();
-    let mut lb = sb
-        .prefill(&tokens[..PREFILL], &mut |_, _| {})
-        .unwrap()
-        .to_vec();
-    let mut d = Drift::default();
+/// Teacher-force the same held-out text through a reference session and the `fast` ones in
+/// step (the reference runs once for all of them); the drift of each fast one from it.
+fn drifts(mut reference: Session<'_>, mut fast: Vec<Session<'_>>, tokens: &[u32]) -> Vec<Drift> {
+    let prompt = &tokens[..PREFILL];
+    let mut la = reference.prefill(prompt, &mut |_, _| {}).unwrap().to_vec();
+    let mut lb: Vec<Vec<f32>> = fast
+        .iter_mut()
+        .map(|s| s.prefill(prompt, &mut |_, _| {}).unwrap().to_vec())
+        .collect();
+    let mut d: Vec<Drift> = fast.iter().map(|_| Drift::default()).collect();
     for i in 0..STEPS {
         let next = tokens[PREFILL + i];
-        let (pa, pb) = (log_softmax(&la), log_softmax(&lb));
-        let kl = kl_divergence(&pa, &pb).max(0.0);
-        d.kl += kl;
-        d.kl_max = d.kl_max.max(kl);
-        d.top1 += f64::from(u8::from(top1_agreement(&pa, &pb)));
-        d.nll_change += nll(&pb, next as usize).unwrap() - nll(&pa, next as usize).unwrap();
+        let pa = log_softmax(&la);
+        for (d, lb) in d.iter_mut().zip(&lb) {
+            let pb = log_softmax(lb);
+            let kl = kl_divergence(&pa, &pb).max(0.0);
+            d.kl += kl;
+            d.kl_max = d.kl_max.max(kl);
+            d.top1 += f64::from(u8::from(top1_agreement(&pa, &pb)));
+            d.nll_change += nll(&pb, next as usize).unwrap() - nll(&pa, next as usize).unwrap();
+        }
         if i + 1 < STEPS {
-            la = sa.step(next).unwrap().to_vec();
-            lb = sb.step(next).unwrap().to_vec();
+            la = reference.step(next).unwrap().to_vec();
+            for (s, lb) in fast.iter_mut().zip(&mut lb) {
+                *lb = s.step(next).unwrap().to_vec();
+            }
         }
     }
     let n = STEPS as f64;
-    d.kl /= n;
-    d.top1 /= n;
-    d.nll_change /= n;
+    for d in &mut d {
+        d.kl /= n;
+        d.top1 /= n;
+        d.nll_change /= n;
+    }
     d
 }
 
@@ -119,10 +125,14 @@ fn check(name: &str, path: &std::path::Path) {
     let exact = common::load_with(path, WeightFormat::Native, ActPrecision::F32);
     let fast = common::load_with(path, WeightFormat::Native, ActPrecision::Int8);
     let tokens = held_out_tokens(&exact);
-    let f32_cache = || session(&exact, KvDtype::F32);
-    let int8 = drift(f32_cache(), session(&fast, KvDtype::F32), &tokens);
-    let f16 = drift(f32_cache(), session(&exact, KvDtype::F16), &tokens);
-    let q8 = drift(f32_cache(), session(&exact, KvDtype::Q8), &tokens);
+    let paths = vec![
+        session(&fast, KvDtype::F32),
+        session(&exact, KvDtype::F16),
+        session(&exact, KvDtype::Q8),
+    ];
+    let [int8, f16, q8]: [Drift; 3] = drifts(session(&exact, KvDtype::F32), paths, &tokens)
+        .try_into()
+        .unwrap();
     eprintln!(
         "{name}, {STEPS} held-out tokens after {PREFILL}, against f32 activations and an f32 \
          cache:\n  int8 activations: {int8:?}\n  f16 cache: {f16:?}\n  q8 cache: {q8:?}"
