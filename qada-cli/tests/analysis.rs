@@ -330,6 +330,138 @@ fn quick_eval_writes_rows_tables_and_plots_and_resumes() {
     assert!(e.contains("--resume") && e.contains("kv"), "{e}");
     let e = resumed_with(&["--activations", "int8"]);
     assert!(e.contains("--activations") && e.contains("\"int8\""), "{e}");
+    three_shards_merge_into_the_records_of_one_run(&dir);
+}
+
+/// Records of a folder, each a JSON line, sorted (the order records arrive in is not theirs).
+fn sorted_records(dir: &Path, tasks: &[&str]) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join("records.jsonl")).unwrap();
+    let mut v: Vec<String> = text
+        .lines()
+        .filter(|l| {
+            let r: serde_json::Value = serde_json::from_str(l).unwrap();
+            tasks.contains(&r["task"].as_str().unwrap())
+        })
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+/// `--quick` on passkey, vt and fidelity (three units) in three shards, with the calibration
+/// tables of the one run in `full`: merged, the same records as that run's for those tasks.
+fn three_shards_merge_into_the_records_of_one_run(full: &Path) {
+    let base = tmp("eval-shards");
+    let _ = std::fs::remove_dir_all(&base);
+    let sweep = ["eval", "--quick", "--task", "passkey,vt,fidelity"];
+    let with = |extra: &[&str]| {
+        let mut args = sweep.to_vec();
+        args.extend_from_slice(extra);
+        qada(&args)
+    };
+    let stderr = |o: &Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    // --tables-only makes the tables and stops
+    ok(&with(&[
+        "--tables-only",
+        "--out-dir",
+        base.to_str().unwrap(),
+    ]));
+    for t in ["moments.qmom", "static.qsta", "run.json"] {
+        assert!(base.join(t).exists(), "--tables-only made no {t}");
+    }
+    assert!(!base.join("records.jsonl").exists());
+    // a shard never makes its own tables
+    let shard_dir = |k: usize| base.join(format!("shard-{k}"));
+    let o = with(&[
+        "--shard",
+        "1/3",
+        "--out-dir",
+        shard_dir(1).to_str().unwrap(),
+    ]);
+    assert!(!o.status.success(), "a shard made its own tables");
+    assert!(stderr(&o).contains("--tables-only"), "{}", stderr(&o));
+    let (moments, statics) = (full.join("moments.qmom"), full.join("static.qsta"));
+    for k in 1..=3 {
+        let shard = format!("{k}/3");
+        ok(&with(&[
+            "--shard",
+            &shard,
+            "--moments-table",
+            moments.to_str().unwrap(),
+            "--static-table",
+            statics.to_str().unwrap(),
+            "--out-dir",
+            shard_dir(k).to_str().unwrap(),
+        ]));
+        let f: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(shard_dir(k).join("shard.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            (f["k"].as_u64(), f["n"].as_u64()),
+            (Some(k as u64), Some(3))
+        );
+        assert_eq!(f["finished"], true);
+        // one unit each: the three units cost the same and go round in run order
+        assert_eq!(f["units"].as_array().unwrap().len(), 1, "{f}");
+    }
+    // resuming a shard as part of another split is refused
+    let o = with(&[
+        "--shard",
+        "1/2",
+        "--resume",
+        "--moments-table",
+        moments.to_str().unwrap(),
+        "--static-table",
+        statics.to_str().unwrap(),
+        "--out-dir",
+        shard_dir(1).to_str().unwrap(),
+    ]);
+    assert!(!o.status.success(), "shard 1/3 resumed as 1/2");
+    assert!(stderr(&o).contains("shard 1/3"), "{}", stderr(&o));
+    let merge = |dirs: &[PathBuf]| {
+        let mut args = vec!["eval", "--out-dir", base.to_str().unwrap(), "--merge"];
+        args.extend(dirs.iter().map(|d| d.to_str().unwrap()));
+        qada(&args)
+    };
+    // the same shard twice, or a shard of another split, is refused before anything is merged
+    let o = merge(&[shard_dir(1), shard_dir(1)]);
+    assert!(stderr(&o).contains("both shard 1/3"), "{}", stderr(&o));
+    let other = tmp("eval-shards-other-split");
+    let _ = std::fs::remove_dir_all(&other);
+    std::fs::create_dir_all(&other).unwrap();
+    for f in ["run.json", "records.jsonl"] {
+        std::fs::copy(shard_dir(2).join(f), other.join(f)).unwrap();
+    }
+    let text = std::fs::read_to_string(shard_dir(2).join("shard.json")).unwrap();
+    std::fs::write(
+        other.join("shard.json"),
+        text.replace("\"n\": 3", "\"n\": 4"),
+    )
+    .unwrap();
+    let o = merge(&[shard_dir(1), other]);
+    assert!(
+        stderr(&o).contains("different sweeps or splits"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        !base.join("records.jsonl").exists(),
+        "a refused merge wrote records"
+    );
+    // two shards merge with a warning of the third; the third completes the run
+    let o = merge(&[shard_dir(2), shard_dir(1)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("not merged here: 3/3"),
+        "{}",
+        stderr(&o)
+    );
+    ok(&merge(&[shard_dir(3)]));
+    let tasks = ["passkey", "vt", "fidelity"];
+    let merged = sorted_records(&base, &tasks);
+    assert!(!merged.is_empty());
+    assert_eq!(merged, sorted_records(full, &tasks));
 }
 
 #[test]

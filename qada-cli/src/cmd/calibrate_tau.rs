@@ -23,9 +23,9 @@ use qada_model::PasskeyTask;
 use super::eval::configs::{configs, parse_groups, parse_list, parse_methods};
 use super::eval::records::RecordLog;
 use super::eval::rows::{rows, Row, ACCURACY};
-use super::eval::sweep::{EvalTask, Sweep};
+use super::eval::sweep::{units, EvalTask, Sweep};
 use super::eval::ANSWER_ROOM;
-use crate::common::{fail, load_model, parse_kv, progress_bar, CliResult, ModelArgs};
+use crate::common::{fail, load_model, parse_kv, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part, SPLIT_YEAR};
 use crate::setting::{Evidence, MethodBest, ModelId, Setting, FORMAT};
 use statrs::distribution::{ContinuousCDF, Normal};
@@ -349,10 +349,10 @@ pub fn run(a: Args) -> CliResult<()> {
         a.task,
         a.samples
     );
-    let total = tasks.len() * lengths.len() * a.samples * cfgs.len();
-    let pb = progress_bar(total as u64, "calibrate");
-    sweep.run(&tasks, &lengths, &mut log, &pb, |_| Ok(()))?;
-    pb.finish_and_clear();
+    let units = units(&tasks, &lengths);
+    let pb = sweep.progress("calibrate", &units, &log);
+    sweep.run(&units, &mut log, &pb, |_| Ok(()))?;
+    pb.finish();
     let names: Vec<&str> = tasks.iter().map(|t| t.name()).collect();
     let rule = Rule {
         budget: a.budget,

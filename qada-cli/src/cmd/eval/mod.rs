@@ -28,20 +28,21 @@ use qada_stats::MomentTable;
 use serde_json::json;
 
 use super::calibrate::{corpus_prompts, moment_table, static_table};
-use crate::common::{
-    fail, load_model, parse_kv, precision_name, progress_bar, CliResult, ModelArgs,
-};
+use crate::common::{fail, load_model, parse_kv, precision_name, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part};
 
 pub(crate) mod configs;
 mod merge;
+mod progress;
 pub(crate) mod records;
 mod report;
 pub(crate) mod rows;
+mod shard;
 pub(crate) mod sweep;
 
-use configs::{configs, parse_groups, parse_list, parse_methods};
+use configs::{configs, parse_groups, parse_list, parse_methods, Config};
 use records::{read_records, Record, RecordLog};
+use shard::{Shard, ShardFile};
 use sweep::{EvalTask, Sweep};
 
 #[derive(clap::Args)]
@@ -119,10 +120,21 @@ pub struct Args {
     /// Redraw plots and the summary from --out-dir's records.jsonl; run nothing.
     #[arg(long)]
     replot: bool,
-    /// Append the records of the run in DIR that --out-dir lacks (those already there are
-    /// kept), then redraw; run nothing. Both runs must share run.json and calibration tables.
-    #[arg(long, value_name = "DIR", conflicts_with = "replot")]
-    merge: Option<PathBuf>,
+    /// Append the records of the runs in DIR... that --out-dir lacks (those already there are
+    /// kept), then redraw; run nothing. The runs must share run.json and calibration tables;
+    /// shards (folders of --shard runs) must come from one sweep split once.
+    #[arg(long, value_name = "DIR", num_args = 1.., conflicts_with = "replot")]
+    merge: Vec<PathBuf>,
+    /// Run shard K of N (K from 1 to N): whole (task, length) units, split the same way on
+    /// every machine (longest prompts first, each to the shard with the least work). Run each
+    /// shard into its own --out-dir, then --merge them. Calibration tables are then given
+    /// (--moments-table, --static-table), made once by a run with --tables-only.
+    #[arg(long, value_name = "K/N")]
+    shard: Option<Shard>,
+    /// Make the calibration tables --methods needs in --out-dir, then stop (the first step of
+    /// a sharded sweep).
+    #[arg(long, conflicts_with_all = ["replot", "merge", "shard", "resume"])]
+    tables_only: bool,
 }
 
 const FULL_TAUS: &[f64] = &[0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99];
@@ -200,43 +212,129 @@ fn tables(
         (ctx.min(16384), 4, 2048)
     };
     let saved_m = a.out_dir.join("moments.qmom");
-    let m = match &a.moments_table {
-        _ if !methods.contains(&"approx-calibration") => None,
-        Some(p) => {
-            Some(MomentTable::load(p, Some(&sig)).map_err(|e| format!("{}: {e}", p.display()))?)
-        }
-        None if a.resume && saved_m.exists() => Some(MomentTable::load(&saved_m, Some(&sig))?),
-        None => {
-            eprintln!(
-                "calibrating moments: random words from pre-{} speeches, {moments_len} tokens",
-                crate::corpus::SPLIT_YEAR
-            );
-            let t = moment_table(model, corpus, moments_len, 256, 0)?;
-            t.save(&saved_m)?;
-            Some(t)
+    let m = if !methods.contains(&"approx-calibration") {
+        None
+    } else {
+        match table_file(a.moments_table.as_deref(), &saved_m, a, "--moments-table")? {
+            Some(p) => Some(
+                MomentTable::load(&p, Some(&sig)).map_err(|e| format!("{}: {e}", p.display()))?,
+            ),
+            None => {
+                eprintln!(
+                    "calibrating moments: random words from pre-{} speeches, {moments_len} tokens",
+                    crate::corpus::SPLIT_YEAR
+                );
+                let t = moment_table(model, corpus, moments_len, 256, 0)?;
+                t.save(&saved_m)?;
+                Some(t)
+            }
         }
     };
     let saved_s = a.out_dir.join("static.qsta");
-    let s = match &a.static_table {
-        _ if !methods.contains(&"static") => None,
-        Some(p) => {
-            Some(StaticTable::load(p, Some(&sig)).map_err(|e| format!("{}: {e}", p.display()))?)
-        }
-        None if a.resume && saved_s.exists() => Some(StaticTable::load(&saved_s, Some(&sig))?),
-        None => {
-            eprintln!(
+    let s = if !methods.contains(&"static") {
+        None
+    } else {
+        match table_file(a.static_table.as_deref(), &saved_s, a, "--static-table")? {
+            Some(p) => Some(
+                StaticTable::load(&p, Some(&sig)).map_err(|e| format!("{}: {e}", p.display()))?,
+            ),
+            None => {
+                eprintln!(
                 "calibrating static heads: {static_prompts} prompts of {static_len} tokens from \
                  pre-{} speeches",
                 crate::corpus::SPLIT_YEAR
             );
-            let prompts = corpus_prompts(model, corpus, static_prompts, static_len, 0)?;
-            let steps = 32.min(static_len / 4);
-            let t = static_table(model, &prompts, window, steps, Tau::new(0.6)?)?;
-            t.save(&saved_s)?;
-            Some(t)
+                let prompts = corpus_prompts(model, corpus, static_prompts, static_len, 0)?;
+                let steps = 32.min(static_len / 4);
+                let t = static_table(model, &prompts, window, steps, Tau::new(0.6)?)?;
+                t.save(&saved_s)?;
+                Some(t)
+            }
         }
     };
     Ok((m, s))
+}
+
+/// Where a calibration table comes from: the file `given` by its flag (its bytes copied to
+/// `saved`, beside the records, so that a folder names the tables its records were made
+/// with), or `saved` itself from an earlier run (with `--resume`); `None`: make it here, which
+/// a shard may not (shards must share their tables byte for byte to be merged).
+fn table_file(
+    given: Option<&Path>,
+    saved: &Path,
+    a: &Args,
+    flag: &str,
+) -> CliResult<Option<PathBuf>> {
+    let read = |p: &Path| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+    if let Some(p) = given {
+        let bytes = read(p)?;
+        if a.resume && saved.exists() && read(saved)? != bytes {
+            return fail(format!(
+                "--resume: {} differs from {flag} {}, so the records there were made with                  another table; give the same table or use another --out-dir",
+                saved.display(),
+                p.display()
+            ));
+        }
+        std::fs::write(saved, &bytes).map_err(|e| format!("{}: {e}", saved.display()))?;
+        return Ok(Some(p.to_path_buf()));
+    }
+    if a.resume && saved.exists() {
+        return Ok(Some(saved.to_path_buf()));
+    }
+    if let Some(shard) = a.shard {
+        let name = saved.file_name().unwrap_or_default().to_string_lossy();
+        return fail(format!(
+            "--shard {shard}: every shard must use the same calibration tables; make them once              with the same flags and --tables-only --out-dir DIR, then give each shard              {flag} DIR/{name}"
+        ));
+    }
+    Ok(None)
+}
+
+/// The definition of a sweep that every shard of it shares.
+fn sweep_definition(
+    tasks: &[EvalTask],
+    lengths: &[usize],
+    samples: usize,
+    cfgs: &[Config],
+    gate: bool,
+) -> serde_json::Value {
+    let names: Vec<String> = cfgs
+        .iter()
+        .map(|c| {
+            format!("{} {}", c.method, records::param_text(c.param))
+                .trim_end()
+                .to_string()
+        })
+        .collect();
+    json!({
+        "tasks": tasks.iter().map(|t| t.name()).collect::<Vec<_>>(),
+        "lengths": lengths,
+        "samples": samples,
+        "configs": names,
+        "gate": gate,
+    })
+}
+
+/// `--merge DIR...`: fold each run into --out-dir, then redraw.
+fn merge_all(a: &Args) -> CliResult<()> {
+    let said = shard::check_shards(&a.merge)?;
+    for from in &a.merge {
+        let added = merge::merge_runs(from, &a.out_dir).map_err(|e| {
+            format!(
+                "merging {} into {}: {e}",
+                from.display(),
+                a.out_dir.display()
+            )
+        })?;
+        eprintln!("{added} records added from {}", from.display());
+    }
+    let records = read_records(&a.out_dir.join("records.jsonl"))?;
+    println!("{}", report_all(&a.out_dir, &records)?);
+    eprintln!("{} records in {}", records.len(), a.out_dir.display());
+    for line in said {
+        eprintln!("warning: {line}");
+    }
+    Ok(())
 }
 
 /// Rows, tables and plots from every record so far.
@@ -252,23 +350,8 @@ pub fn run(a: Args) -> CliResult<()> {
         println!("{}", report_all(&a.out_dir, &records)?);
         return Ok(());
     }
-    if let Some(from) = &a.merge {
-        let added = merge::merge_runs(from, &a.out_dir).map_err(|e| {
-            format!(
-                "merging {} into {}: {e}",
-                from.display(),
-                a.out_dir.display()
-            )
-        })?;
-        let records = read_records(&a.out_dir.join("records.jsonl"))?;
-        println!("{}", report_all(&a.out_dir, &records)?);
-        eprintln!(
-            "{added} records added from {}; {} in {}",
-            from.display(),
-            records.len(),
-            a.out_dir.display()
-        );
-        return Ok(());
+    if !a.merge.is_empty() {
+        return merge_all(&a);
     }
     let methods = parse_methods(&a.methods)?;
     let groups = parse_groups(&a.groups)?;
@@ -308,8 +391,54 @@ pub fn run(a: Args) -> CliResult<()> {
     check_identity(&a.out_dir, &run_identity(&model, &model_path, &a), a.resume)?;
     let started = std::time::Instant::now();
     let (table, statics) = tables(&a, &methods, &model, &corpus, window)?;
+    if a.tables_only {
+        let made: Vec<&str> = [
+            ("moments.qmom", table.is_some()),
+            ("static.qsta", statics.is_some()),
+        ]
+        .iter()
+        .filter(|t| t.1)
+        .map(|t| t.0)
+        .collect();
+        if made.is_empty() {
+            eprintln!(
+                "--tables-only: --methods {} needs no calibration table",
+                a.methods
+            );
+        } else {
+            eprintln!("{} in {}", made.join(" and "), a.out_dir.display());
+        }
+        return Ok(());
+    }
     let table = table.map(Arc::new);
     let cfgs = configs(&methods, &taus, &alphas, statics.as_ref(), &groups)?;
+    let mut units = sweep::units(&tasks, &lengths);
+    let shard_file = match a.shard {
+        None => None,
+        Some(sh) => {
+            units = shard::units_of(&units, sh, |&(_, len)| (len * samples) as u64);
+            let f = ShardFile {
+                k: sh.k,
+                n: sh.n,
+                sweep: sweep_definition(&tasks, &lengths, samples, &cfgs, !a.no_gate),
+                units: units
+                    .iter()
+                    .map(|&(t, l)| (t.name().to_string(), l))
+                    .collect(),
+                finished: false,
+            };
+            if a.resume {
+                f.check_resume(&a.out_dir)?;
+            }
+            f.write(&a.out_dir)?;
+            eprintln!(
+                "shard {sh}: {} of the sweep's {} (task, length) units",
+                units.len(),
+                tasks.len() * lengths.len()
+            );
+            Some(f)
+        }
+    };
     let mut log = RecordLog::open(&a.out_dir.join("records.jsonl"), a.resume)?;
     log.name_run(crate::host::run_info(
         precision_name(model.activations),
@@ -329,12 +458,17 @@ pub fn run(a: Args) -> CliResult<()> {
         kv,
         window,
     };
-    let total = tasks.len() * lengths.len() * samples * cfgs.len();
-    let pb = progress_bar(total as u64, "eval");
-    sweep.run(&tasks, &lengths, &mut log, &pb, |log| {
+    let pb = sweep.progress("eval", &units, &log);
+    sweep.run(&units, &mut log, &pb, |log| {
         report_all(&a.out_dir, log.records()).map(|_| ())
     })?;
-    pb.finish_and_clear();
+    let (at, total) = pb.position();
+    debug_assert_eq!(at, total, "the progress bar ends at its total");
+    pb.finish();
+    if let Some(mut f) = shard_file {
+        f.finished = true;
+        f.write(&a.out_dir)?;
+    }
     let summary = report_all(&a.out_dir, log.records())?;
     println!("{summary}");
     eprintln!(

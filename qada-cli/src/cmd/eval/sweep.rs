@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 
-use indicatif::ProgressBar;
 use qada_kv::{KvDtype, WindowConfig};
 use qada_model::eval::ruler::{RulerPrompts, RulerTask};
 use qada_model::eval::{answer, dense_prefill, FidelityTotals, TaskPrompt};
@@ -18,6 +17,7 @@ use qada_model::{
 use qada_stats::MomentTable;
 
 use super::configs::{setup, Config};
+use super::progress::SweepProgress;
 use super::records::{key, Record, RecordLog};
 use super::rows::{dense_accuracy, ACCURACY, GATE};
 use crate::common::{fail, CliResult};
@@ -90,6 +90,14 @@ fn seed(task: EvalTask, len: usize, sample: usize) -> u64 {
     (t << 48) ^ ((len as u64) << 16) ^ sample as u64
 }
 
+/// Every (task, length) of `tasks` x `lengths`, in run order (task by task).
+pub fn units(tasks: &[EvalTask], lengths: &[usize]) -> Vec<(EvalTask, usize)> {
+    tasks
+        .iter()
+        .flat_map(|&t| lengths.iter().map(move |&l| (t, l)))
+        .collect()
+}
+
 /// What every (task, length) of a run shares.
 pub struct Sweep<'a> {
     pub model: &'a Model,
@@ -112,15 +120,28 @@ pub struct Sweep<'a> {
 }
 
 impl Sweep<'_> {
-    /// Every (task, length) in run order, on one session with the sweep's cache type and
-    /// window (dense between configurations), `after` called as each finishes; `pb` counts the
-    /// (prompt, configuration) pairs.
+    /// A progress bar over `units`, counting the items `log` holds as done.
+    pub fn progress(
+        &self,
+        what: &str,
+        units: &[(EvalTask, usize)],
+        log: &RecordLog,
+    ) -> SweepProgress {
+        let configs: Vec<(&str, Option<f64>)> = self
+            .cfgs
+            .iter()
+            .map(|c| (c.method.as_str(), c.param))
+            .collect();
+        SweepProgress::new(what, units, self.samples, &configs, log)
+    }
+
+    /// Every (task, length) of `units` in order, on one session with the sweep's cache type
+    /// and window (dense between configurations), `after` called as each finishes.
     pub fn run(
         &self,
-        tasks: &[EvalTask],
-        lengths: &[usize],
+        units: &[(EvalTask, usize)],
         log: &mut RecordLog,
-        pb: &ProgressBar,
+        pb: &SweepProgress,
         mut after: impl FnMut(&RecordLog) -> CliResult<()>,
     ) -> CliResult<()> {
         let options = SessionOptions {
@@ -128,15 +149,13 @@ impl Sweep<'_> {
             ..SessionOptions::new(Box::new(qada_core::Dense), self.window)
         };
         let mut session = Session::new(self.model, options)?;
-        for &task in tasks {
-            for &len in lengths {
-                pb.set_message(format!("{} {len}", task.name()));
-                match task {
-                    EvalTask::Fidelity => self.fidelity(&mut session, len, log, pb)?,
-                    _ => self.answer_task(&mut session, task, len, log, pb)?,
-                }
-                after(log)?;
+        for &(task, len) in units {
+            pb.at(task, len);
+            match task {
+                EvalTask::Fidelity => self.fidelity(&mut session, len, log, pb)?,
+                _ => self.answer_task(&mut session, task, len, log, pb)?,
             }
+            after(log)?;
         }
         Ok(())
     }
@@ -194,7 +213,7 @@ impl Sweep<'_> {
         task: EvalTask,
         len: usize,
         log: &mut RecordLog,
-        pb: &ProgressBar,
+        pb: &SweepProgress,
     ) -> CliResult<()> {
         let name = task.name();
         let (dense, rest) = self.cfgs.split_first().ok_or("no configuration to run")?;
@@ -203,21 +222,27 @@ impl Sweep<'_> {
         let mut last: Option<(usize, TaskPrompt, SessionCheckpoint)> = None;
         for s in 0..self.samples {
             if log.has(&key(name, len, s, &dense.method, dense.param)) {
-                pb.inc(1);
                 continue;
             }
             let p = self.prompt(task, len, s)?;
             let cp = dense_prefill(session, &p.ids)?;
             self.answer_one(session, &cp, &p, s, dense, log)?;
             last = Some((s, p, cp));
-            pb.inc(1);
+            pb.done(len, 1);
         }
         let records: Vec<Record> = log.of(name, len).cloned().collect();
         let dense_acc = dense_accuracy(&records)
             .get(&(name.to_string(), len))
             .map_or(0.0, |x| x.0);
         if self.gate && dense_acc < GATE {
-            pb.inc((rest.len() * self.samples) as u64);
+            let passed_over = (0..self.samples)
+                .flat_map(|s| {
+                    rest.iter()
+                        .map(move |c| key(name, len, s, &c.method, c.param))
+                })
+                .filter(|k| !log.has(k))
+                .count();
+            pb.done(len, passed_over);
             pb.println(format!(
                 "{name} at {len} tokens: dense accuracy {dense_acc:.2} < {GATE}, other methods skipped"
             ));
@@ -233,7 +258,6 @@ impl Sweep<'_> {
                 .iter()
                 .filter(|c| !log.has(&key(name, len, s, &c.method, c.param)))
                 .collect();
-            pb.inc((rest.len() - todo.len()) as u64);
             if todo.is_empty() {
                 continue;
             }
@@ -247,7 +271,7 @@ impl Sweep<'_> {
             };
             for c in todo {
                 self.answer_one(session, &cp, &p, s, c, log)?;
-                pb.inc(1);
+                pb.done(len, 1);
             }
         }
         Ok(())
@@ -260,7 +284,7 @@ impl Sweep<'_> {
         session: &mut Session<'_>,
         len: usize,
         log: &mut RecordLog,
-        pb: &ProgressBar,
+        pb: &SweepProgress,
     ) -> CliResult<()> {
         let n = self.fidelity_steps;
         if len <= n + 1 {
@@ -275,7 +299,6 @@ impl Sweep<'_> {
                 .iter()
                 .filter(|c| !log.has(&key("fidelity", len, s, &c.method, c.param)))
                 .collect();
-            pb.inc((self.cfgs.len() - todo.len()) as u64);
             if todo.is_empty() {
                 continue;
             }
@@ -315,7 +338,7 @@ impl Sweep<'_> {
                     session.accounting(),
                 );
                 log.push(r)?;
-                pb.inc(1);
+                pb.done(len, 1);
             }
         }
         Ok(())
