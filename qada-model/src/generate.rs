@@ -274,7 +274,8 @@ pub fn generate_after_prefill(
     on_text: &mut dyn FnMut(&str) -> ControlFlow<()>,
 ) -> Result<Generation> {
     let mut sampler = Sampler::new(cfg.sampling.clone())?;
-    let tok = &session.model().tokenizer;
+    let model = session.model_handle();
+    let tok = &model.tokenizer;
     let end = tok.end_of_generation();
     let mut next = sampler.sample(session.logits())?;
     let mut decoder = StreamDecoder::new();

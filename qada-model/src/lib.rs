@@ -75,7 +75,7 @@ pub mod rope;
 pub mod session;
 
 pub use model::{LoadOptions, Model, WeightFormat};
-pub use session::{Session, SessionCheckpoint, SessionOptions, StepObserver};
+pub use session::{ModelHandle, Session, SessionCheckpoint, SessionOptions, StepObserver};
 pub mod generate;
 
 pub use generate::{

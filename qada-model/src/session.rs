@@ -8,6 +8,9 @@ use qada_kv::{
     CacheCheckpoint, CacheShape, HeadView, KvCache, KvDtype, LayerView, MomentsMode, WindowConfig,
 };
 
+use std::ops::Deref;
+use std::sync::Arc;
+
 use crate::block::{self, Attend, Buffers};
 use crate::model::Model;
 use crate::ops::rms_norm;
@@ -67,9 +70,42 @@ pub struct SessionCheckpoint {
     prefilled: bool,
 }
 
+/// The model a session reads: borrowed (`Session<'m>` lives within the model's scope), or
+/// shared through an `Arc` (a `Session<'static>` that owns its share: one kept across threads,
+/// requests or a Python object's life). `Session::new` takes either.
+#[derive(Clone)]
+pub enum ModelHandle<'m> {
+    /// A model the caller keeps alive for the session's lifetime `'m`.
+    Borrowed(&'m Model),
+    /// A share of a model, kept alive by the session itself.
+    Shared(Arc<Model>),
+}
+
+impl Deref for ModelHandle<'_> {
+    type Target = Model;
+    fn deref(&self) -> &Model {
+        match self {
+            ModelHandle::Borrowed(m) => m,
+            ModelHandle::Shared(m) => m,
+        }
+    }
+}
+
+impl<'m> From<&'m Model> for ModelHandle<'m> {
+    fn from(m: &'m Model) -> Self {
+        ModelHandle::Borrowed(m)
+    }
+}
+
+impl From<Arc<Model>> for ModelHandle<'_> {
+    fn from(m: Arc<Model>) -> Self {
+        ModelHandle::Shared(m)
+    }
+}
+
 /// One sequence being decoded: the cache, scratch buffers and what the criterion saved.
 pub struct Session<'m> {
-    model: &'m Model,
+    model: ModelHandle<'m>,
     cache: KvCache,
     criterion: Box<dyn LocalityCriterion>,
     accounting: Accounting,
@@ -111,8 +147,10 @@ impl LayerKv for CacheLayer<'_> {
 }
 
 impl<'m> Session<'m> {
-    /// A new, empty sequence.
-    pub fn new(model: &'m Model, opts: SessionOptions) -> Result<Self> {
+    /// A new, empty sequence of `model`: a `&Model`, or an `Arc<Model>` for a session that
+    /// holds its own share of the model.
+    pub fn new(model: impl Into<ModelHandle<'m>>, opts: SessionOptions) -> Result<Self> {
+        let model = model.into();
         let c = &model.config;
         let capacity = opts.capacity.unwrap_or(c.context_length);
         let shape = CacheShape {
@@ -127,21 +165,26 @@ impl<'m> Session<'m> {
         }
         let mut cache = KvCache::with_spans(shape, opts.window, opts.moments, c.spans())?;
         cache.set_bulk_summaries(opts.criterion.bulk_summaries())?;
+        let rows = Buffers::new(&model, 1, capacity);
+        let accounting = Accounting::new(c.n_layers, c.n_heads);
+        let logits = vec![0.0; c.vocab_size];
+        let layer_scratch = LayerScratch::with_capacity(
+            c.n_kv_heads,
+            c.n_heads / c.n_kv_heads.max(1),
+            c.head_dim,
+            capacity,
+        );
+        let decisions = vec![Decision::LONG; c.n_heads];
         Ok(Session {
             model,
             cache,
             criterion: opts.criterion,
-            accounting: Accounting::new(c.n_layers, c.n_heads),
+            accounting,
             prefilled: false,
-            rows: Buffers::new(model, 1, capacity),
-            logits: vec![0.0; c.vocab_size],
-            layer_scratch: LayerScratch::with_capacity(
-                c.n_kv_heads,
-                c.n_heads / c.n_kv_heads.max(1),
-                c.head_dim,
-                capacity,
-            ),
-            decisions: vec![Decision::LONG; c.n_heads],
+            rows,
+            logits,
+            layer_scratch,
+            decisions,
         })
     }
 
@@ -176,8 +219,13 @@ impl<'m> Session<'m> {
     }
 
     /// The model.
-    pub fn model(&self) -> &'m Model {
-        self.model
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The session's handle on its model, to read the model while the session changes.
+    pub fn model_handle(&self) -> ModelHandle<'m> {
+        self.model.clone()
     }
 
     /// The logits after the last token run.
@@ -310,7 +358,8 @@ impl<'m> Session<'m> {
 
     /// `logits = W_out N_out(x)` for the residual row in the decoding buffers.
     fn logits_of_row(&mut self) -> Result<()> {
-        let model = self.model;
+        let model = self.model.clone();
+        let model: &Model = &model;
         let c = &model.config;
         let r = &mut self.rows;
         rms_norm(
@@ -353,7 +402,8 @@ impl<'m> Session<'m> {
         progress: &mut (dyn FnMut(usize, usize) + Send),
         mut trace: Option<&mut Vec<Vec<f32>>>,
     ) -> Result<Vec<f32>> {
-        let model = self.model;
+        let model = self.model.clone();
+        let model: &Model = &model;
         let e = model.config.n_embd;
         let block_len = PREFILL_BLOCK.min(tokens.len());
         let mut rows = Buffers::new(model, block_len, self.cache.shape().capacity);
@@ -418,7 +468,8 @@ impl<'m> Session<'m> {
                 "decode step before prefill: run the prompt first".into(),
             ));
         }
-        let model = self.model;
+        let model = self.model.clone();
+        let model: &Model = &model;
         let pos = self.cache.seq_len();
         model.embed(token, &mut self.rows.x)?;
         let mut attend = DecodeAttention {

@@ -198,3 +198,37 @@ fn a_prompt_run_in_parts_of_whole_blocks_gives_the_logits_of_one_prefill() {
     .unwrap();
     assert_eq!(a.generated_ids, b.generated_ids);
 }
+
+/// A session made from an `Arc<Model>` holds its own share: it outlives every other handle,
+/// moves to another thread, and computes what a session borrowing the model computes.
+#[test]
+fn a_session_holding_an_arc_outlives_the_callers_handle_and_decodes_the_same() {
+    let opts = || SessionOptions::new(Box::new(Approx::new(0.6).unwrap()), WindowConfig::PAPER);
+    let shared =
+        std::sync::Arc::new(Model::load(&common::model_path(), &LoadOptions::default()).unwrap());
+    let weak = std::sync::Arc::downgrade(&shared);
+    let prompt = shared
+        .tokenizer
+        .encode("The sea was calm that night")
+        .unwrap();
+    let mut owned: Session<'static> = Session::new(shared, opts()).unwrap();
+    // the caller's handle is gone; the session's share keeps the model
+    assert!(weak.upgrade().is_some());
+    let from_thread = std::thread::spawn(move || {
+        owned.prefill(&prompt, &mut |_, _| {}).unwrap();
+        let logits = owned.step(42).unwrap().to_vec();
+        (logits, owned.model_handle())
+    });
+    let (logits, handle) = from_thread.join().unwrap();
+    let mut borrowed = Session::new(&*handle, opts()).unwrap();
+    let prompt = handle
+        .tokenizer
+        .encode("The sea was calm that night")
+        .unwrap();
+    borrowed.prefill(&prompt, &mut |_, _| {}).unwrap();
+    assert_eq!(borrowed.step(42).unwrap(), &logits[..]);
+    drop(borrowed);
+    drop(handle);
+    // the last share dropped with the session's handle: the model is freed
+    assert!(weak.upgrade().is_none());
+}

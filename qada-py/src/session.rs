@@ -39,9 +39,9 @@ impl StepObserver for QueryRecorder<'_> {
 /// One sequence decoding on a model (see `Model.session`).
 #[pyclass(name = "Session", module = "qada")]
 pub struct PySession {
-    // Declared before `model`: fields drop in declaration order, so the session, which
-    // borrows the model, is gone before the model's `Arc` is released.
+    /// Holds its own share of the model (`Session<'static>` from an `Arc`).
     session: Session<'static>,
+    /// The same model, read while the session is borrowed mutably.
     model: Arc<Model>,
     /// Per layer, the rotated queries `(h x d)` of the last step (global layers only).
     queries: Vec<Option<Vec<f32>>>,
@@ -50,12 +50,7 @@ pub struct PySession {
 impl PySession {
     /// A session on `model` that keeps the model alive.
     pub fn new(model: Arc<Model>, opts: SessionOptions) -> PyResult<Self> {
-        // SAFETY: the reference points into the `Arc`'s heap allocation, which never moves and
-        // lives as long as any clone of the `Arc`; `self.model` holds one for the whole life of
-        // `self.session` (declared before it, so dropped first), and the `'static` lifetime
-        // never leaves this struct: methods hand out only data copied from the session.
-        let m: &'static Model = unsafe { &*Arc::as_ptr(&model) };
-        let session = Session::new(m, opts).map_err(qada_err)?;
+        let session = Session::new(Arc::clone(&model), opts).map_err(qada_err)?;
         Ok(PySession {
             session,
             queries: vec![None; model.config.n_layers],

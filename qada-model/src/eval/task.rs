@@ -52,7 +52,8 @@ impl TaskPrompt {
 /// greedy tokens, stopping at end of sequence, decoded to text. Every token is stepped, so the
 /// session's accounting covers the whole answer.
 pub fn answer(session: &mut Session<'_>, max_tokens: usize) -> Result<String> {
-    let tok = &session.model().tokenizer;
+    let model = session.model_handle();
+    let tok = &model.tokenizer;
     let mut sampler = Sampler::new(SamplingParams::default())?;
     let mut next = sampler.sample(session.logits())?;
     let mut dec = StreamDecoder::new();

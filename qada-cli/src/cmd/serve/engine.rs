@@ -70,7 +70,7 @@ type Marks = Vec<(usize, SessionCheckpoint)>;
 
 /// The model, the setting the server was started with, the kept sessions.
 pub struct Engine {
-    model: &'static Model,
+    model: Arc<Model>,
     /// The name `/v1/models` lists and requests may give.
     pub name: String,
     /// The server's flags (a request's `qada` fields override them).
@@ -95,7 +95,7 @@ impl Engine {
     /// `limit` bytes of caches.
     /// `keep` sessions at most kept for their prefix.
     pub fn new(
-        model: &'static Model,
+        model: Arc<Model>,
         name: String,
         base: CriterionArgs,
         limit: u64,
@@ -113,8 +113,8 @@ impl Engine {
     }
 
     /// The model.
-    pub fn model(&self) -> &'static Model {
-        self.model
+    pub fn model(&self) -> &Model {
+        &self.model
     }
 
     /// K/V bytes a token takes with `args`' cache type ([`kv_bytes_per_token`]).
@@ -122,7 +122,7 @@ impl Engine {
         let dtype = args
             .kv_dtype()
             .map_err(|e| ApiError::invalid("qada.kv", e.to_string()))?;
-        Ok(kv_bytes_per_token(self.model, dtype))
+        Ok(kv_bytes_per_token(&self.model, dtype))
     }
 
     /// Bytes a mark after `pos` tokens holds, estimated: every KV head's moments (mean and
@@ -247,12 +247,12 @@ impl Engine {
             a.channels = c;
         }
         let bad = |e: Box<dyn std::error::Error>| ApiError::invalid("qada", format!("qada: {e}"));
-        a.resolve(self.model, Fallback::Shipped).map_err(bad)?;
+        a.resolve(&self.model, Fallback::Shipped).map_err(bad)?;
         // build once, so that a bad value is refused now and not on the worker
-        a.criterion(self.model).map_err(bad)?;
+        a.criterion(&self.model).map_err(bad)?;
         a.kv_dtype().map_err(bad)?;
         a.window().map_err(bad)?;
-        a.moments(self.model).map_err(bad)?;
+        a.moments(&self.model).map_err(bad)?;
         Ok(a)
     }
 
@@ -450,13 +450,13 @@ impl Engine {
         let bad = |e: Box<dyn std::error::Error>| ApiError::invalid("qada", e.to_string());
         let a = &p.args;
         let opts = SessionOptions {
-            criterion: a.criterion(self.model).map_err(bad)?,
+            criterion: a.criterion(&self.model).map_err(bad)?,
             window: a.window().map_err(bad)?,
-            moments: a.moments(self.model).map_err(bad)?,
+            moments: a.moments(&self.model).map_err(bad)?,
             capacity: None,
             kv_dtype: a.kv_dtype().map_err(bad)?,
         };
-        let session = Session::new(self.model, opts).map_err(internal)?;
+        let session = Session::new(Arc::clone(&self.model), opts).map_err(internal)?;
         Ok((session, Vec::new(), 0))
     }
 

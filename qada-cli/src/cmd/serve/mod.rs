@@ -83,16 +83,17 @@ pub fn run(mut a: Args) -> CliResult<()> {
     base.criterion(&model)?;
     base.kv_dtype()?;
     base.window()?;
-    // the model lives as long as the process: sessions borrow it from any thread
-    let model: &'static qada_model::Model = Box::leak(Box::new(model));
+    // every session holds a share of the model, so it may live on any thread
+    let model = Arc::new(model);
     let c = &model.config;
-    let per_token = engine::kv_bytes_per_token(model, base.kv_dtype()?);
+    let per_token = engine::kv_bytes_per_token(&model, base.kv_dtype()?);
     let limit = match a.cache_mb {
         Some(mb) if mb > 0.0 && mb.is_finite() => (mb * 1e6) as u64,
         Some(mb) => return fail(format!("--cache-mb {mb}: must be a positive number")),
         None => (a.parallel + 1) as u64 * c.context_length as u64 * per_token,
     };
     let name = a.name.take().unwrap_or_else(|| served_name(&a.model));
+    let context_length = c.context_length;
     let engine = Arc::new(engine::Engine::new(
         model,
         name.clone(),
@@ -121,7 +122,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
         eprintln!(
             "qada serve: {name} ({} tokens of context), {} session(s) at once, queue {}, \
              {:.0} MB of K/V cache",
-            model.config.context_length,
+            context_length,
             a.parallel,
             a.queue,
             limit as f64 / 1e6
