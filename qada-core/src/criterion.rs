@@ -175,12 +175,6 @@ pub trait LocalityCriterion: Send + Sync {
         }
         self.choose_pages(inputs, out, selection)
     }
-
-    /// Decide for every query head of a layer; returns the number of local heads.
-    fn decide_layer(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<usize> {
-        self.decide_group(inputs, out)?;
-        Ok(out.iter().filter(|d| d.local).count())
-    }
 }
 
 /// Forward every method to the criterion behind a pointer, so that an override (of
@@ -229,13 +223,6 @@ macro_rules! forward_criterion {
                 selection: &mut PageSelection,
             ) -> Result<GroupRead> {
                 (**self).select_group(inputs, out, selection)
-            }
-            fn decide_layer(
-                &self,
-                inputs: &[HeadInput<'_>],
-                out: &mut [Decision],
-            ) -> Result<usize> {
-                (**self).decide_layer(inputs, out)
             }
         }
     )*};
@@ -380,12 +367,11 @@ mod tests {
 
     use super::*;
 
-    /// Says long head by head, but local with a marker share by group and layer, and counts
-    /// the batch calls: any pointer that does not forward them answers differently.
+    /// Says long head by head, but local with a marker share by group, and counts the group
+    /// calls: any pointer that does not forward them answers differently.
     #[derive(Default)]
     struct Marker {
         groups: AtomicUsize,
-        layers: AtomicUsize,
     }
 
     const MARK: f64 = -0.125;
@@ -410,11 +396,6 @@ mod tests {
             }
             Ok(false)
         }
-        fn decide_layer(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<usize> {
-            self.layers.fetch_add(1, Ordering::Relaxed);
-            self.decide_group(inputs, out)?;
-            Ok(77)
-        }
     }
 
     /// Every method through `c` must reach `Marker`'s overrides, which `counts` then show.
@@ -432,21 +413,14 @@ mod tests {
             bulk_pages: None,
             bulk_clusters: None,
         };
-        let (g0, l0) = (
-            counts.groups.load(Ordering::Relaxed),
-            counts.layers.load(Ordering::Relaxed),
-        );
+        let g0 = counts.groups.load(Ordering::Relaxed);
         assert_eq!(c.name(), "marker");
         assert_eq!(c.decision_flops(2, 3), 2003);
         assert_eq!(c.decide(&input).unwrap(), Decision::LONG);
         let mut out = [Decision::LONG; 2];
         assert!(!c.decide_group(&[input, input], &mut out).unwrap());
         assert_eq!(out[1].log_local_share, Some(MARK));
-        out = [Decision::LONG; 2];
-        assert_eq!(c.decide_layer(&[input, input], &mut out).unwrap(), 77);
-        assert_eq!(out[0].log_local_share, Some(MARK));
-        assert_eq!(counts.groups.load(Ordering::Relaxed), g0 + 2);
-        assert_eq!(counts.layers.load(Ordering::Relaxed), l0 + 1);
+        assert_eq!(counts.groups.load(Ordering::Relaxed), g0 + 1);
     }
 
     #[test]
