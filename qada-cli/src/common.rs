@@ -1,6 +1,5 @@
 //! What several subcommands share: finding the model, reading prompts, building criteria.
 
-use std::error::Error;
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,17 +15,9 @@ use qada_model::qlinear::ActPrecision;
 use qada_model::{LoadOptions, Model, WeightFormat};
 use qada_stats::{MomentTable, DEFAULT_TABLE_OFFSET};
 
+pub use crate::error::{fail, CliResult};
 use crate::setting::{ModelId, Setting};
-
-/// The CLI's error: a message for the user.
-pub type CliResult<T> = Result<T, Box<dyn Error>>;
-
 use qada_model::known_models::DEFAULT_MODEL;
-
-/// Make an error from a message.
-pub fn fail<T>(msg: impl Into<String>) -> CliResult<T> {
-    Err(msg.into().into())
-}
 
 /// Directories that may be the repository: the current directory and the binary's ancestors
 /// (target/release/qada-cli in the repository).

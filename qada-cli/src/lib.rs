@@ -10,6 +10,7 @@
 mod cmd;
 mod common;
 mod corpus;
+mod error;
 mod host;
 mod plot;
 mod setting;

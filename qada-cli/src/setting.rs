@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use qada_model::Model;
 
-use crate::common::{fail, CliResult};
+use crate::error::{fail, CliResult};
 
 /// The `format` field this build reads and writes.
 pub const FORMAT: &str = "qada-setting/1";

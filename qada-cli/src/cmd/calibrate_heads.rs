@@ -13,7 +13,7 @@ use qada_core::{calibrate_head_taus, HeadObservation, Tau};
 use qada_model::qlinear::ActPrecision;
 use qada_model::{Session, SessionOptions};
 
-use super::calibrate::{calibration_prompts, probe_prompts, PromptsArgs};
+use super::calibration::{calibration_prompts, probe_prompts, PromptsArgs};
 use crate::common::{
     fail, load_model, reports_share, CliResult, CriterionArgs, Fallback, ModelArgs,
 };

@@ -27,7 +27,7 @@ use qada_model::{Model, PasskeyTask};
 use qada_stats::MomentTable;
 use serde_json::json;
 
-use super::calibrate::{corpus_prompts, moment_table, static_table};
+use super::calibration::{corpus_prompts, moment_table, static_table};
 use crate::common::{fail, load_model, parse_kv, precision_name, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part};
 

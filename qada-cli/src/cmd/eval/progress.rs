@@ -6,7 +6,6 @@
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::records::{key, RecordLog};
-use super::sweep::EvalTask;
 
 /// The progress bar of a sweep over `(task, length)` units.
 pub struct SweepProgress {
@@ -14,11 +13,12 @@ pub struct SweepProgress {
 }
 
 impl SweepProgress {
-    /// A bar over `units`, each `samples` prompts under every configuration named by
-    /// `configs` (method, parameter); the items `log` already holds count as done.
+    /// A bar over `units` (task name, length), each `samples` prompts under every
+    /// configuration named by `configs` (method, parameter); the items `log` already holds
+    /// count as done.
     pub fn new(
         what: &str,
-        units: &[(EvalTask, usize)],
+        units: &[(&str, usize)],
         samples: usize,
         configs: &[(&str, Option<f64>)],
         log: &RecordLog,
@@ -28,7 +28,7 @@ impl SweepProgress {
             for s in 0..samples {
                 for &(method, param) in configs {
                     total += len as u64;
-                    if log.has(&key(task.name(), len, s, method, param)) {
+                    if log.has(&key(task, len, s, method, param)) {
                         done += len as u64;
                     }
                 }
@@ -52,8 +52,8 @@ impl SweepProgress {
     }
 
     /// Say which unit runs now.
-    pub fn at(&self, task: EvalTask, len: usize) {
-        self.pb.set_message(format!("{} {len}", task.name()));
+    pub fn at(&self, task: &str, len: usize) {
+        self.pb.set_message(format!("{task} {len}"));
     }
 
     /// `n` items of `len`-token prompts are done (run here, or passed over by the gate).

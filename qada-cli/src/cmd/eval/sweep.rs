@@ -132,7 +132,8 @@ impl Sweep<'_> {
             .iter()
             .map(|c| (c.method.as_str(), c.param))
             .collect();
-        SweepProgress::new(what, units, self.samples, &configs, log)
+        let units: Vec<(&str, usize)> = units.iter().map(|&(t, l)| (t.name(), l)).collect();
+        SweepProgress::new(what, &units, self.samples, &configs, log)
     }
 
     /// Every (task, length) of `units` in order, on one session with the sweep's cache type
@@ -150,7 +151,7 @@ impl Sweep<'_> {
         };
         let mut session = Session::new(self.model, options)?;
         for &(task, len) in units {
-            pb.at(task, len);
+            pb.at(task.name(), len);
             match task {
                 EvalTask::Fidelity => self.fidelity(&mut session, len, log, pb)?,
                 _ => self.answer_task(&mut session, task, len, log, pb)?,
