@@ -2,7 +2,6 @@
 
 use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -10,10 +9,10 @@ use qada_core::{
     by_name, CriterionParams, GroupMode, Grouped, HeadTaus, LocalityCriterion, PerHead, Static,
     StaticTable,
 };
-use qada_kv::{KvDtype, MomentsMode, WindowConfig};
+use qada_kv::{KvDtype, MomentsMode, MomentsSource, WindowConfig};
 use qada_model::qlinear::ActPrecision;
 use qada_model::{LoadOptions, Model, WeightFormat};
-use qada_stats::{MomentTable, DEFAULT_TABLE_OFFSET};
+use qada_stats::DEFAULT_TABLE_OFFSET;
 
 pub use crate::error::{fail, CliResult};
 use crate::setting::{ModelId, Setting};
@@ -90,19 +89,14 @@ impl ModelArgs {
     pub fn precision(&self, default: ActPrecision) -> CliResult<ActPrecision> {
         match self.activations.as_deref() {
             None => Ok(default),
-            Some("f32") => Ok(ActPrecision::F32),
-            Some("int8") => Ok(ActPrecision::Int8),
-            Some(x) => fail(format!("--activations {x:?}: use f32 or int8")),
+            Some(x) => x.parse().map_err(|e| format!("--activations: {e}").into()),
         }
     }
 }
 
 /// The name `--activations` takes for `p`.
 pub fn precision_name(p: ActPrecision) -> &'static str {
-    match p {
-        ActPrecision::F32 => "f32",
-        ActPrecision::Int8 => "int8",
-    }
+    p.name()
 }
 
 /// Load the model the flags name, with activations in `default` unless `--activations` says
@@ -303,12 +297,7 @@ pub struct CriterionArgs {
 
 /// The cache element type a `--kv` value names.
 pub fn parse_kv(kv: &str) -> CliResult<KvDtype> {
-    match kv {
-        "f32" => Ok(KvDtype::F32),
-        "f16" => Ok(KvDtype::F16),
-        "q8" => Ok(KvDtype::Q8),
-        k => fail(format!("--kv {k:?}: use f32, f16 or q8")),
-    }
+    kv.parse().map_err(|e| format!("--kv: {e}").into())
 }
 
 /// What a command decides with when neither `--criterion` nor `--setting` is given.
@@ -508,25 +497,11 @@ impl CriterionArgs {
 
     /// Where the bulk moments come from.
     pub fn moments(&self, model: &Model) -> CliResult<MomentsMode> {
-        Ok(match self.moments.as_str() {
-            "current" => MomentsMode::Update,
-            "frozen" => MomentsMode::Frozen,
-            m => match m.strip_prefix("calibration:") {
-                Some(path) if !path.is_empty() => {
-                    let table = MomentTable::load(Path::new(path), Some(&model.signature()))
-                        .map_err(|e| format!("{path}: {e}"))?;
-                    MomentsMode::Calibration {
-                        table: Arc::new(table),
-                        offset: self.moments_offset,
-                    }
-                }
-                _ => {
-                    return fail(format!(
-                        "--moments {m:?}: use current, frozen or calibration:PATH"
-                    ))
-                }
-            },
-        })
+        let source: MomentsSource = self
+            .moments
+            .parse()
+            .map_err(|e| format!("--moments: {e}"))?;
+        Ok(source.mode(&model.signature(), self.moments_offset)?)
     }
 
     /// A one-line description for reports.

@@ -106,6 +106,26 @@ pub enum KvError {
         layer: usize,
     },
 
+    /// A name (of a cache type, of a moments source) that means nothing here.
+    #[error("unknown {what} {found:?}: use {expected}")]
+    UnknownName {
+        /// What was named.
+        what: &'static str,
+        /// The name given.
+        found: String,
+        /// The names there are.
+        expected: &'static str,
+    },
+
+    /// A calibration moment table that could not be read, or is of another model.
+    #[error("{}: {source}", path.display())]
+    Table {
+        /// The table's file.
+        path: std::path::PathBuf,
+        /// What was wrong.
+        source: qada_stats::StatsError,
+    },
+
     /// A moment computation or calibration lookup failed.
     #[error(transparent)]
     Stats(#[from] qada_stats::StatsError),

@@ -74,7 +74,7 @@ mod window;
 pub use cache::{CacheShape, KvCache};
 pub use checkpoint::CacheCheckpoint;
 pub use error::{KvError, Result};
-pub use moments_mode::{MomentsMode, FACTOR_TOLERANCE};
+pub use moments_mode::{MomentsMode, MomentsSource, FACTOR_TOLERANCE};
 pub use span::LayerSpan;
 pub use store::KvDtype;
 pub use views::{HeadView, LayerView, Segment};

@@ -6,9 +6,12 @@
 //! Sliding layers ([`LayerSpan::Sliding`]) have no bulk: their moments stay empty in every
 //! mode, whatever a calibration table holds for them.
 
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
 use std::sync::Arc;
 
-use qada_stats::{FactoredMoments, KeyMoments, MomentTable};
+use qada_stats::{FactoredMoments, KeyMoments, ModelSignature, MomentTable};
 
 use crate::{KvCache, KvDtype, KvError, LayerSpan, Result};
 
@@ -32,6 +35,66 @@ pub enum MomentsMode {
         /// The checkpoint used holds at most `T - offset` keys.
         offset: usize,
     },
+}
+
+/// A [`MomentsMode`] as a user names it: `current`, `frozen` or `calibration:PATH` (a moment
+/// table from `qada calibrate moments`), before the table is read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MomentsSource {
+    /// [`MomentsMode::Update`].
+    Current,
+    /// [`MomentsMode::Frozen`].
+    Frozen,
+    /// [`MomentsMode::Calibration`] with the table at this path.
+    Calibration(PathBuf),
+}
+
+impl FromStr for MomentsSource {
+    type Err = KvError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "current" => Ok(MomentsSource::Current),
+            "frozen" => Ok(MomentsSource::Frozen),
+            _ => match s.strip_prefix("calibration:") {
+                Some(path) if !path.is_empty() => Ok(MomentsSource::Calibration(path.into())),
+                _ => Err(KvError::UnknownName {
+                    what: "moments source",
+                    found: s.to_string(),
+                    expected: "current, frozen or calibration:PATH",
+                }),
+            },
+        }
+    }
+}
+
+impl fmt::Display for MomentsSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MomentsSource::Current => f.write_str("current"),
+            MomentsSource::Frozen => f.write_str("frozen"),
+            MomentsSource::Calibration(p) => write!(f, "calibration:{}", p.display()),
+        }
+    }
+}
+
+impl MomentsSource {
+    /// The mode: a calibration table is read from its file and must be of the model
+    /// `signature` names; `offset` as in [`MomentsMode::Calibration`].
+    pub fn mode(&self, signature: &ModelSignature, offset: usize) -> Result<MomentsMode> {
+        Ok(match self {
+            MomentsSource::Current => MomentsMode::Update,
+            MomentsSource::Frozen => MomentsMode::Frozen,
+            MomentsSource::Calibration(path) => MomentsMode::Calibration {
+                table: Arc::new(MomentTable::load(path, Some(signature)).map_err(|e| {
+                    KvError::Table {
+                        path: path.clone(),
+                        source: e,
+                    }
+                })?),
+                offset,
+            },
+        })
+    }
 }
 
 impl KvCache {
@@ -178,5 +241,58 @@ impl KvCache {
             }));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod names {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn cache_types_read_back_their_names_and_unknown_ones_list_the_names() {
+        for t in KvDtype::ALL {
+            assert_eq!(t.to_string().parse::<KvDtype>().unwrap(), t);
+        }
+        let e = "bf16".parse::<KvDtype>().unwrap_err().to_string();
+        assert!(
+            e.contains("\"bf16\"") && e.contains("f32, f16 or q8"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_moments_source_names_what_it_takes() {
+        for bad in ["", "calibration:", "Current", "table.qmom"] {
+            let e = bad.parse::<MomentsSource>().unwrap_err().to_string();
+            assert!(e.contains("calibration:PATH"), "{bad}: {e}");
+        }
+        let sig = ModelSignature {
+            architecture: "llama".into(),
+            n_layers: 1,
+            n_kv_heads: 1,
+            head_dim: 2,
+            rope_base: 10_000.0,
+        };
+        let missing = MomentsSource::Calibration("/nonexistent/m.qmom".into());
+        let e = missing.mode(&sig, 0).unwrap_err().to_string();
+        assert!(e.starts_with("/nonexistent/m.qmom: "), "{e}");
+        assert!(matches!(
+            MomentsSource::Frozen.mode(&sig, 0).unwrap(),
+            MomentsMode::Frozen
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn moments_sources_read_back_what_they_display(path in "[^\u{0}]{1,40}") {
+            for m in [
+                MomentsSource::Current,
+                MomentsSource::Frozen,
+                MomentsSource::Calibration(path.clone().into()),
+            ] {
+                prop_assert_eq!(m.to_string().parse::<MomentsSource>().unwrap(), m);
+            }
+        }
     }
 }

@@ -5,6 +5,8 @@
 
 use qada_stats::{f16, Q8Block, Rows, Q8_BLOCK};
 
+use crate::{KvError, Result};
+
 /// Element type of the cache.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum KvDtype {
@@ -23,6 +25,18 @@ pub enum KvDtype {
 }
 
 impl KvDtype {
+    /// Every element type, in the order their names are listed.
+    pub const ALL: [KvDtype; 3] = [KvDtype::F32, KvDtype::F16, KvDtype::Q8];
+
+    /// The name `--kv` and Python's `kv=` take: `f32`, `f16` or `q8`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvDtype::F32 => "f32",
+            KvDtype::F16 => "f16",
+            KvDtype::Q8 => "q8",
+        }
+    }
+
     /// Bytes per stored value, rounded down: 4, 2, and 1 for q8 (whose scale adds 2 bytes
     /// per 32 values: [`KvDtype::bytes_for`] is exact).
     pub fn size(self) -> usize {
@@ -39,6 +53,27 @@ impl KvDtype {
             KvDtype::F16 => 2 * values,
             KvDtype::Q8 => values / Q8_BLOCK * std::mem::size_of::<Q8Block>(),
         }
+    }
+}
+
+impl std::fmt::Display for KvDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for KvDtype {
+    type Err = KvError;
+    /// The element type [`KvDtype::name`] names.
+    fn from_str(s: &str) -> Result<Self> {
+        KvDtype::ALL
+            .into_iter()
+            .find(|t| t.name() == s)
+            .ok_or_else(|| KvError::UnknownName {
+                what: "KV cache type",
+                found: s.to_string(),
+                expected: "f32, f16 or q8",
+            })
     }
 }
 

@@ -2,16 +2,13 @@
 //! arguments: criterion and its parameters, GQA grouping, sink and window, bulk moments and
 //! the cache's element type, each checked and named in its error.
 
-use std::path::Path;
-use std::sync::Arc;
-
 use pyo3::prelude::*;
 use qada_core::{by_name, CriterionParams, GroupMode, Grouped, LocalityCriterion};
-use qada_kv::{KvDtype, MomentsMode, WindowConfig};
+use qada_kv::{KvDtype, MomentsMode, MomentsSource, WindowConfig};
 use qada_model::Model;
-use qada_stats::{MomentTable, DEFAULT_TABLE_OFFSET};
+use qada_stats::DEFAULT_TABLE_OFFSET;
 
-use crate::errors::{arg_err, bad_arg, check_tau};
+use crate::errors::{arg_err, check_tau};
 
 /// Decoding options, as given.
 pub struct Decoding<'a> {
@@ -53,39 +50,15 @@ impl Decoding<'_> {
 
     /// The cache's element type.
     pub fn kv_dtype(&self) -> PyResult<KvDtype> {
-        match self.kv {
-            "f32" => Ok(KvDtype::F32),
-            "f16" => Ok(KvDtype::F16),
-            "q8" => Ok(KvDtype::Q8),
-            k => Err(bad_arg(
-                "kv",
-                "\"f32\", \"f16\" or \"q8\"",
-                format!("{k:?}"),
-            )),
-        }
+        self.kv.parse().map_err(|e| arg_err("kv", e))
     }
 
     /// Where bulk moments come from: `current` (kept up to date), `frozen` (after prefill) or
     /// `calibration:PATH` (a moment table of this model from `qada calibrate moments`).
     pub fn moments(&self, model: &Model) -> PyResult<MomentsMode> {
-        match self.moments {
-            "current" => Ok(MomentsMode::Update),
-            "frozen" => Ok(MomentsMode::Frozen),
-            m => match m.strip_prefix("calibration:") {
-                Some(path) if !path.is_empty() => {
-                    let table = MomentTable::load(Path::new(path), Some(&model.signature()))
-                        .map_err(|e| arg_err("moments", format!("{path}: {e}")))?;
-                    Ok(MomentsMode::Calibration {
-                        table: Arc::new(table),
-                        offset: DEFAULT_TABLE_OFFSET,
-                    })
-                }
-                _ => Err(bad_arg(
-                    "moments",
-                    "\"current\", \"frozen\" or \"calibration:PATH\"",
-                    format!("{m:?}"),
-                )),
-            },
-        }
+        let source: MomentsSource = self.moments.parse().map_err(|e| arg_err("moments", e))?;
+        source
+            .mode(&model.signature(), DEFAULT_TABLE_OFFSET)
+            .map_err(|e| arg_err("moments", e))
     }
 }

@@ -110,8 +110,12 @@ def test_generate_takes_ids_and_reports_bad_arguments(model):
         model.generate("x", criterion="magic")
     with pytest.raises(ValueError, match=r"tau: expected a value in \(0, 1\), found 2"):
         model.generate("x", criterion="approx", tau=2.0)
-    with pytest.raises(ValueError, match=r"kv: expected \"f32\", \"f16\" or \"q8\", found \"f8\""):
+    with pytest.raises(ValueError, match=r"kv: unknown KV cache type \"f8\": use f32, f16 or q8"):
         model.generate("x", kv="f8")
+    with pytest.raises(ValueError, match=r"moments: unknown moments source \"sometimes\": use current, frozen or calibration:PATH"):
+        model.generate("x", moments="sometimes")
+    with pytest.raises(ValueError, match=r"moments: /nonexistent/m.qmom: "):
+        model.generate("x", moments="calibration:/nonexistent/m.qmom")
     with pytest.raises(ValueError, match=r"group: unknown"):
         model.generate("x", group="some")
     with pytest.raises(ValueError, match=r"sink, local"):

@@ -18,6 +18,37 @@ pub enum ActPrecision {
     Int8,
 }
 
+impl ActPrecision {
+    /// The name `--activations` and Python's `activations=` take: `f32` or `int8`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ActPrecision::F32 => "f32",
+            ActPrecision::Int8 => "int8",
+        }
+    }
+}
+
+impl std::fmt::Display for ActPrecision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for ActPrecision {
+    type Err = crate::ModelError;
+    /// The precision [`ActPrecision::name`] names.
+    fn from_str(s: &str) -> crate::Result<Self> {
+        [ActPrecision::F32, ActPrecision::Int8]
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| {
+                crate::ModelError::Input(format!(
+                    "unknown activation precision {s:?}: use f32 or int8"
+                ))
+            })
+    }
+}
+
 /// Activations `x` prepared for the products of one or more layers: as f32 with per-block
 /// sums and in the Q4 kernel's nibble order, and (for [`ActPrecision::Int8`]) quantized per
 /// block of 32, `x ~ d q` with `q` in [-127, 127], and, when `x` is whole blocks of 256, per
