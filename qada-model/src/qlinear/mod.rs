@@ -30,7 +30,8 @@ use rayon::prelude::*;
 use crate::ops::{gemm_strided, matmul_t};
 use crate::quant::{dequantize, int_form_shape, GgmlType};
 use crate::{ModelError, Result};
-use tiles_int8::{TileKernel, TokenActs};
+use tiles_int8::TokenActs;
+use tiles_int8_matmul::TileKernel;
 
 mod acts;
 #[cfg(target_arch = "x86_64")]
@@ -40,6 +41,7 @@ mod avx2_int8;
 mod dispatch;
 mod portable;
 mod tiles_int8;
+mod tiles_int8_matmul;
 #[cfg(target_arch = "x86_64")]
 mod tiles_int8_x86;
 
@@ -384,7 +386,9 @@ impl QLinear {
             let a = &xq.0;
             let kernel = int_form_shape(*ty).and_then(|(_, umax)| TileKernel::for_weights(umax));
             if let (Some(kernel), true) = (kernel, a.n == n && a.k == self.cols) {
-                if tiles_int8::matmul(kernel, *ty, data, *row_bytes, self.rows, a, y).is_some() {
+                if tiles_int8_matmul::matmul(kernel, *ty, data, *row_bytes, self.rows, a, y)
+                    .is_some()
+                {
                     self.add_bias(n, y);
                     return Ok(());
                 }
