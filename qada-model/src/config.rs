@@ -6,7 +6,7 @@ use qada_stats::ModelSignature;
 
 use crate::family::Family;
 use crate::gguf::{GgufFile, Value};
-use crate::rope::{yarn_mscale, RopeScaling};
+use crate::rope_scaling::{yarn_mscale, RopeScaling};
 use crate::{ModelError, Result};
 
 /// What one layer does differently from the others.

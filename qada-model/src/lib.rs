@@ -72,6 +72,7 @@ pub mod model;
 pub mod ops;
 pub mod probe;
 pub mod rope;
+mod rope_scaling;
 pub mod session;
 
 pub use model::{LoadOptions, Model, WeightFormat};

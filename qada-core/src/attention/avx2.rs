@@ -13,8 +13,8 @@ use qada_stats::f16;
 use qada_stats::simd::x86::{hsum, hsum4};
 use qada_stats::simd::Avx2;
 
-use super::column_masses::{tile_stride, COLUMNS_PER_PASS, MAX_HEADS};
-use super::exp::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
+use super::column_tile::{tile_stride, COLUMNS_PER_PASS, MAX_HEADS};
+use super::exp_constants::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
 
 /// `q . row` over the common prefix of `q` and `row` ([`crate::attention::Elem::dot`]).
 ///

@@ -9,8 +9,8 @@ use std::arch::x86_64::*;
 use qada_stats::f16;
 use qada_stats::simd::Avx512;
 
-use super::column_masses::{tile_stride, MAX_HEADS};
-use super::exp::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
+use super::column_tile::{tile_stride, MAX_HEADS};
+use super::exp_constants::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
 
 /// Columns one pass adds into the tile: eight 16-row chunks of them stay in registers.
 const COLUMNS_PER_PASS: usize = 8;

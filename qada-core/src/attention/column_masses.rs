@@ -15,23 +15,12 @@
 
 use qada_stats::f16;
 
+use super::column_tile::{tile_stride, MAX_HEADS};
 use super::exp::fast_exp;
 #[cfg(target_arch = "x86_64")]
 use qada_stats::simd::{Avx2, Avx512};
 
 use crate::{CoreError, Result};
-
-/// Values per head in the tile: the page size rounded up to 16, whole vectors of 8 or 16
-/// lanes (the rows past the page hold `-inf`).
-pub(crate) fn tile_stride(page: usize) -> usize {
-    page.div_ceil(16) * 16
-}
-
-/// Most heads one call scores (a KV group of a selecting criterion has at most 64).
-pub(crate) const MAX_HEADS: usize = 64;
-
-/// Most columns one pass of the kernel adds into the tile (more are added in further passes).
-pub(crate) const COLUMNS_PER_PASS: usize = 4;
 
 /// `out[h n_pages + p] = ln sum_{i in page p} exp(sum_c weights[h r + c] columns[c][i])`
 /// for the `heads = weights.len() / r` heads, the `r = columns.len()` columns and the pages

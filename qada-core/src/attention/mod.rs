@@ -23,8 +23,10 @@ mod avx2_q8;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod column_masses;
+mod column_tile;
 mod elem;
 mod exp;
+mod exp_constants;
 mod matmul;
 mod portable;
 mod prefill;

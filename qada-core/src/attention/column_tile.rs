@@ -1,0 +1,14 @@
+//! The tile in which the column page masses are taken (`column_masses.rs` and its AVX2 and
+//! AVX-512 kernels): its stride per head and how many heads and columns a pass takes.
+
+/// Values per head in the tile: the page size rounded up to 16, whole vectors of 8 or 16
+/// lanes (the rows past the page hold `-inf`).
+pub(crate) fn tile_stride(page: usize) -> usize {
+    page.div_ceil(16) * 16
+}
+
+/// Most heads one call scores (a KV group of a selecting criterion has at most 64).
+pub(crate) const MAX_HEADS: usize = 64;
+
+/// Most columns one pass of the kernel adds into the tile (more are added in further passes).
+pub(crate) const COLUMNS_PER_PASS: usize = 4;

@@ -1,0 +1,34 @@
+//! The constants of `exp` and `ln` over scores, shared by the scalar path (`exp.rs`) and the
+//! AVX2 and AVX-512 kernels, so that every path computes the same polynomials.
+
+/// `ln 2` split for the Cody-Waite reduction of `fast_exp`: `LN2_HI` has few enough bits
+/// that `n * LN2_HI` is exact for the `n` that occur.
+pub(crate) const LN2_HI: f32 = 0.693_359_4;
+/// The low part of `ln 2` (`ln 2 - LN2_HI`).
+pub(crate) const LN2_LO: f32 = -2.121_944_4e-4;
+/// Taylor coefficients of `exp(r)`, highest degree first (Horner order): `1/7!, ..., 1/1!, 1`.
+pub(crate) const EXP_TAYLOR: [f32; 8] = [
+    1.0 / 5040.0,
+    1.0 / 720.0,
+    1.0 / 120.0,
+    1.0 / 24.0,
+    1.0 / 6.0,
+    0.5,
+    1.0,
+    1.0,
+];
+/// Cephes' `logf` coefficients of `(ln(1 + f) - f + f^2 / 2) / f^3`, highest degree first, for
+/// `f` in `[sqrt(1/2) - 1, sqrt 2 - 1)` (the vector `ln` of the column page masses).
+pub(crate) const LOGF: [f32; 9] = [
+    7.037_683_6e-2,
+    -1.151_461e-1,
+    1.167_699_9e-1,
+    -1.242_014_1e-1,
+    1.424_932_3e-1,
+    -1.666_805_8e-1,
+    2.000_071_5e-1,
+    -2.499_999_4e-1,
+    3.333_333e-1,
+];
+/// Inputs below this give 0 (`exp` would be subnormal).
+pub(crate) const EXP_FLOOR: f32 = -87.0;
