@@ -12,7 +12,7 @@
 //! Where a GGUF file is silent about a value, the row holds the family's published default
 //! and says where it comes from.
 
-use crate::tokenizer::ChatFormat;
+use crate::tokenizer::chat::ChatFormat;
 
 /// How RoPE pairs the dimensions of a head.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

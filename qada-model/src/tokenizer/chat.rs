@@ -146,27 +146,20 @@ impl ChatTemplate {
         })
     }
 
-    /// The published template of the family `architecture` (its row's
-    /// [`crate::family::Family::chat`]), for a file without a template; `None` for families
-    /// without one.
+    /// The published template `format` of the family `architecture` (its row's
+    /// `Family::chat`), for a file without a template.
     pub fn family_default(
         architecture: &str,
+        format: ChatFormat,
         bos_token: &str,
         eos_token: &str,
         strip_bos: bool,
-    ) -> Option<Result<Self>> {
-        let format = crate::family::Family::by_name(architecture)?.chat?;
+    ) -> Result<Self> {
         let origin = TemplateOrigin::FamilyDefault {
             architecture: architecture.to_string(),
             format,
         };
-        Some(Self::new(
-            format.source(),
-            origin,
-            bos_token,
-            eos_token,
-            strip_bos,
-        ))
+        Self::new(format.source(), origin, bos_token, eos_token, strip_bos)
     }
 
     /// Where the template came from.

@@ -11,7 +11,7 @@
 //! added, when `tokenizer.ggml.add_bos_token` says so: chat templates render without it, and
 //! [`Tokenizer::decode`] drops that BOS again, so that `decode(encode(x)) == x`.
 
-mod chat;
+pub(crate) mod chat;
 mod gpt2;
 mod merges;
 mod piece_index;
@@ -22,6 +22,8 @@ pub use chat::{ChatFormat, ChatMessage, ChatTemplate, TemplateOrigin};
 pub use stream::StreamDecoder;
 
 use tokenizers::Tokenizer as HfTokenizer;
+
+use crate::family::Family;
 
 use crate::gguf::GgufFile;
 use crate::{ModelError, Result};
@@ -128,7 +130,12 @@ impl Tokenizer {
             None => f
                 .get("general.architecture")
                 .and_then(|v| v.as_str())
-                .and_then(|a| ChatTemplate::family_default(a, &bos_text, &eos_text, add_bos)),
+                .and_then(|a| {
+                    let format = Family::by_name(a)?.chat?;
+                    Some(ChatTemplate::family_default(
+                        a, format, &bos_text, &eos_text, add_bos,
+                    ))
+                }),
         };
         // a template minijinja cannot compile leaves the model usable without one
         let (chat, chat_problem) = match chat {
