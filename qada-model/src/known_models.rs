@@ -23,6 +23,26 @@ pub const KNOWN_MODELS: &[(&str, &str)] = &[
     ),
 ];
 
+/// Directories that may be the repository, where short names and the default model are looked
+/// up, in order: `$QADA_REPO`, the current directory and four of its ancestors, then four
+/// ancestors of the running program (`target/release/qada-cli` in the repository). The CLI and
+/// the Python package both search these.
+pub fn repo_roots() -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = std::env::var_os("QADA_REPO")
+        .map(PathBuf::from)
+        .into_iter()
+        .collect();
+    if let Ok(cwd) = std::env::current_dir() {
+        roots.extend(cwd.ancestors().take(5).map(Path::to_path_buf));
+    } else {
+        roots.push(PathBuf::new());
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        roots.extend(exe.ancestors().skip(1).take(4).map(Path::to_path_buf));
+    }
+    roots
+}
+
 /// The first of `roots` (directories that may be the repository) under which `rel` exists.
 pub fn find_under(roots: &[PathBuf], rel: &str) -> Option<PathBuf> {
     roots.iter().map(|r| r.join(rel)).find(|c| c.exists())

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use qada_core::analysis::Report;
 use qada_core::{CriterionParams, Tau};
-use qada_model::known_models::resolve_model_file;
+use qada_model::known_models::{repo_roots, resolve_model_file};
 use qada_model::probe::{probe_decode, ProbeOptions};
 use qada_model::qlinear::ActPrecision;
 use qada_model::{
@@ -24,19 +24,6 @@ use crate::arrays::token_ids;
 use crate::errors::{bad_arg, check_tau, qada_err};
 use crate::options::Decoding;
 use crate::session::PySession;
-
-/// Directories that may hold the repository's `models/`: `$QADA_REPO`, then the current
-/// directory and its ancestors.
-fn repo_roots() -> Vec<PathBuf> {
-    let mut roots: Vec<PathBuf> = std::env::var_os("QADA_REPO")
-        .map(PathBuf::from)
-        .into_iter()
-        .collect();
-    if let Ok(cwd) = std::env::current_dir() {
-        roots.extend(cwd.ancestors().take(5).map(PathBuf::from));
-    }
-    roots
-}
 
 /// A GGUF model and its tokenizer, loaded once and shared by every call and session.
 #[pyclass(name = "Model", module = "qada", frozen)]
