@@ -12,13 +12,13 @@
 //! (mean over tasks) is written as a [`Setting`]; where none qualifies, or none reads fewer
 //! bytes than dense, the setting is dense.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use qada_core::Tau;
 use qada_kv::WindowConfig;
 use qada_model::eval::ruler::RulerPrompts;
 use qada_model::qlinear::ActPrecision;
-use qada_model::PasskeyTask;
+use qada_model::{Model, PasskeyTask};
 
 use super::eval::configs::{configs, parse_groups, parse_list, parse_methods};
 use super::eval::records::RecordLog;
@@ -360,6 +360,27 @@ pub fn run(a: Args) -> CliResult<()> {
         z: Normal::new(0.0, 1.0)?.inverse_cdf(a.confidence),
     };
     let choice = choose(&rows(log.records()), &names, &rule)?;
+    let setting = setting_of(&a, &model, &model_path, &lengths, choice);
+    std::fs::write(&a.out, serde_json::to_string_pretty(&setting)? + "\n")
+        .map_err(|e| format!("cannot write {}: {e}", a.out.display()))?;
+    print_choice(&a, &setting);
+    eprintln!(
+        "wrote {}; use it with `qada generate --setting {}`",
+        a.out.display(),
+        a.out.display()
+    );
+    Ok(())
+}
+
+/// The setting file of `choice`: the criterion, tau and group chosen (dense when none kept
+/// the budget), the model it was made for, and the evidence and command that made it.
+fn setting_of(
+    a: &Args,
+    model: &Model,
+    model_path: &Path,
+    lengths: &[usize],
+    choice: Choice,
+) -> Setting {
     let (criterion, tau, group) = match &choice.pick {
         Some((method, t)) => {
             let (c, g) = criterion_of(method);
@@ -373,7 +394,7 @@ pub fn run(a: Args) -> CliResult<()> {
     let setting = Setting {
         format: FORMAT.into(),
         model_name,
-        model: ModelId::of(&model),
+        model: ModelId::of(model),
         criterion,
         tau,
         group,
@@ -409,8 +430,11 @@ pub fn run(a: Args) -> CliResult<()> {
             a.kv
         ),
     };
-    std::fs::write(&a.out, serde_json::to_string_pretty(&setting)? + "\n")
-        .map_err(|e| format!("cannot write {}: {e}", a.out.display()))?;
+    setting
+}
+
+/// The choice and, per method, its cheapest threshold within the budget (stdout).
+fn print_choice(a: &Args, setting: &Setting) {
     println!("{}: {}", setting.describe(), setting.why());
     println!(
         "\ncheapest threshold within {} of dense, per method:",
@@ -423,12 +447,6 @@ pub fn run(a: Args) -> CliResult<()> {
             _ => println!("| {} | none | - |", m.method),
         }
     }
-    eprintln!(
-        "wrote {}; use it with `qada generate --setting {}`",
-        a.out.display(),
-        a.out.display()
-    );
-    Ok(())
 }
 
 #[cfg(test)]

@@ -8,8 +8,8 @@ use std::time::Instant;
 use qada_core::{Accounting, Dense};
 use qada_model::qlinear::ActPrecision;
 use qada_model::{
-    generate_after_prefill, GenerateConfig, Generation, SamplingParams, Session, SessionOptions,
-    StopReason,
+    generate_after_prefill, GenerateConfig, Generation, Model, SamplingParams, Session,
+    SessionOptions, StopReason,
 };
 use serde_json::json;
 
@@ -59,13 +59,35 @@ pub struct Args {
     compare: Option<String>,
 }
 
+/// What a run computed: the chosen criterion's generation and accounting, and with
+/// `--compare dense` dense's from the same prefill.
+struct Outcome {
+    g: Generation,
+    acc: Accounting,
+    compared: Option<(Generation, Accounting)>,
+}
+
 pub fn run(mut a: Args) -> CliResult<()> {
     let model = load_model(&a.model, ActPrecision::Int8)?;
     let why = a.criterion.resolve(&model, Fallback::Shipped)?;
     if let (Some(why), false) = (&why, a.json) {
         eprintln!("{why}");
     }
-    let mut prompt = a.prompt.tokens(&model)?;
+    let prompt = prompt_tokens(&a, &model)?;
+    let out = decode(&a, &model, &prompt)?;
+    if a.json {
+        println!("{}", json_report(&a, &model, why.as_deref(), &out));
+    } else {
+        println!();
+        text_report(&a, &model, &out);
+    }
+    Ok(())
+}
+
+/// The prompt's tokens, refused when empty, and cut to its last `ctx - 1` tokens with
+/// `--truncate-prompt` when longer than the context (refused without it).
+fn prompt_tokens(a: &Args, model: &Model) -> CliResult<Vec<u32>> {
+    let mut prompt = a.prompt.tokens(model)?;
     let ctx = model.config.context_length;
     if prompt.is_empty() {
         return fail(
@@ -88,14 +110,21 @@ pub fn run(mut a: Args) -> CliResult<()> {
         );
         prompt.drain(..cut);
     }
+    Ok(prompt)
+}
+
+/// Prefill `prompt`, then generate under the chosen criterion, streaming the text to stdout
+/// (not with `--json`); with `--compare dense`, generate again with dense from a checkpoint
+/// of the same prefill.
+fn decode(a: &Args, model: &Model, prompt: &[u32]) -> CliResult<Outcome> {
     let opts = SessionOptions {
-        criterion: a.criterion.criterion(&model)?,
+        criterion: a.criterion.criterion(model)?,
         window: a.criterion.window()?,
-        moments: a.criterion.moments(&model)?,
+        moments: a.criterion.moments(model)?,
         capacity: None,
         kv_dtype: a.criterion.kv_dtype()?,
     };
-    let mut session = Session::new(&model, opts)?;
+    let mut session = Session::new(model, opts)?;
     let cfg = GenerateConfig {
         max_new_tokens: a.max_new_tokens,
         stop_at_eos: !a.ignore_eos,
@@ -112,75 +141,80 @@ pub fn run(mut a: Args) -> CliResult<()> {
         pb.finish_and_clear();
     }
     let t0 = Instant::now();
-    session.prefill(&prompt, &mut |done, _| pb.set_position(done as u64))?;
+    session.prefill(prompt, &mut |done, _| pb.set_position(done as u64))?;
     let prefill_secs = t0.elapsed().as_secs_f64();
     pb.finish_and_clear();
     // the state after prefill, for the comparison run
     let checkpoint = a.compare.is_some().then(|| session.checkpoint());
     let mut stdout = std::io::stdout();
     let json_mode = a.json;
-    let g = generate_after_prefill(&mut session, &prompt, prefill_secs, &cfg, &mut |piece| {
+    let g = generate_after_prefill(&mut session, prompt, prefill_secs, &cfg, &mut |piece| {
         if !json_mode {
             let _ = stdout.write_all(piece.as_bytes());
             let _ = stdout.flush();
         }
         ControlFlow::Continue(())
     })?;
+    let acc = session.accounting().clone();
     let compared = match checkpoint {
         Some(cp) => {
-            let main = session.accounting().clone();
             session.restore(&cp)?;
             session.set_criterion(Box::new(Dense))?;
             let pb = progress_bar(cfg.max_new_tokens as u64, "decoding again with dense");
             let dense =
-                generate_after_prefill(&mut session, &prompt, prefill_secs, &cfg, &mut |_| {
+                generate_after_prefill(&mut session, prompt, prefill_secs, &cfg, &mut |_| {
                     pb.inc(1);
                     ControlFlow::Continue(())
                 })?;
             pb.finish_and_clear();
-            let dense_acc = session.accounting().clone();
-            Some((main, dense, dense_acc))
+            Some((dense, session.accounting().clone()))
         }
         None => None,
     };
-    let acc = match &compared {
-        Some((main, _, _)) => main,
-        None => session.accounting(),
-    };
-    let n_layers = model.config.n_layers;
-    let per_layer: Vec<f64> = (0..n_layers).map(|l| acc.layer_sparsity(l)).collect();
-    let prefill_tps = g.prompt_ids.len() as f64 / g.prefill_secs.max(1e-9);
-    let decode_tps = g.decode_steps as f64 / g.decode_secs.max(1e-9);
-    if a.json {
-        let out = json!({
-            "prompt_ids": g.prompt_ids,
-            "generated_ids": g.generated_ids,
-            "text": g.text,
-            "stop_reason": g.stop.as_str(),
-            "criterion": a.criterion.name(),
-            "tau": a.criterion.tau(),
-            "group": a.criterion.group,
-            "setting": why,
-            "sink": a.criterion.sink(),
-            "local": a.criterion.local(),
-            "moments": a.criterion.moments,
-            "sparsity": acc.sparsity(),
-            "decisions": acc.total().decisions,
-            "nonfinite_decisions": acc.total().nonfinite,
-            "per_layer_sparsity": per_layer,
-            "prefill_tokens_per_s": prefill_tps,
-            "decode_tokens_per_s": decode_tps,
-            "attention_flops_ratio": acc.flops_ratio(),
-            "kv_bytes_ratio": acc.kv_bytes_ratio(),
-            "global_layers": model.config.global_layers().collect::<Vec<_>>(),
-            "sliding_kv_bytes": acc.sliding_kv_bytes,
-            "activations": precision_name(model.activations),
-            "compare": compared.as_ref().map(|(_, d, dacc)| comparison_json(&g, d, acc, dacc)),
-        });
-        println!("{out}");
-        return Ok(());
-    }
-    println!();
+    Ok(Outcome { g, acc, compared })
+}
+
+/// Sparsity of every layer, in layer order.
+fn per_layer_sparsity(model: &Model, acc: &Accounting) -> Vec<f64> {
+    (0..model.config.n_layers)
+        .map(|l| acc.layer_sparsity(l))
+        .collect()
+}
+
+/// `--json`: one object with the text, the ids, the setting and what it saved.
+fn json_report(a: &Args, model: &Model, why: Option<&str>, out: &Outcome) -> serde_json::Value {
+    let (g, acc) = (&out.g, &out.acc);
+    json!({
+        "prompt_ids": g.prompt_ids,
+        "generated_ids": g.generated_ids,
+        "text": g.text,
+        "stop_reason": g.stop.as_str(),
+        "criterion": a.criterion.name(),
+        "tau": a.criterion.tau(),
+        "group": a.criterion.group,
+        "setting": why,
+        "sink": a.criterion.sink(),
+        "local": a.criterion.local(),
+        "moments": a.criterion.moments,
+        "sparsity": acc.sparsity(),
+        "decisions": acc.total().decisions,
+        "nonfinite_decisions": acc.total().nonfinite,
+        "per_layer_sparsity": per_layer_sparsity(model, acc),
+        "prefill_tokens_per_s": g.prompt_ids.len() as f64 / g.prefill_secs.max(1e-9),
+        "decode_tokens_per_s": decode_rate(g),
+        "attention_flops_ratio": acc.flops_ratio(),
+        "kv_bytes_ratio": acc.kv_bytes_ratio(),
+        "global_layers": model.config.global_layers().collect::<Vec<_>>(),
+        "sliding_kv_bytes": acc.sliding_kv_bytes,
+        "activations": precision_name(model.activations),
+        "compare": out.compared.as_ref().map(|(d, dacc)| comparison_json(g, d, acc, dacc)),
+    })
+}
+
+/// The summary after the streamed text, on stderr: speeds, why it stopped, what the
+/// criterion saved per layer, the comparison with dense, the sliding layers.
+fn text_report(a: &Args, model: &Model, out: &Outcome) {
+    let (g, acc) = (&out.g, &out.acc);
     let mut e = std::io::stderr();
     let _ = writeln!(e, "---");
     let _ = writeln!(
@@ -188,20 +222,21 @@ pub fn run(mut a: Args) -> CliResult<()> {
         "prompt {} tokens, prefill {:.2} s ({:.1} tokens/s)",
         g.prompt_ids.len(),
         g.prefill_secs,
-        prefill_tps
+        g.prompt_ids.len() as f64 / g.prefill_secs.max(1e-9)
     );
     let _ = writeln!(
         e,
         "generated {} tokens, decode {:.2} s ({:.1} tokens/s), stopped: {}",
         g.generated_ids.len(),
         g.decode_secs,
-        decode_tps,
+        decode_rate(g),
         g.stop.as_str()
     );
     if g.stop == StopReason::ContextFull {
         let _ = writeln!(
             e,
-            "note: generation reached the context length of {ctx} tokens"
+            "note: generation reached the context length of {} tokens",
+            model.config.context_length
         );
     }
     let _ = writeln!(e, "criterion: {}", a.criterion.describe());
@@ -222,7 +257,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
             acc.flops_ratio(),
             acc.kv_bytes_ratio()
         );
-        let cells: Vec<String> = per_layer
+        let cells: Vec<String> = per_layer_sparsity(model, acc)
             .iter()
             .enumerate()
             .filter(|&(l, _)| model.config.layers[l].is_global())
@@ -232,11 +267,12 @@ pub fn run(mut a: Args) -> CliResult<()> {
             let _ = writeln!(e, "  per-layer sparsity {}", line.join(" "));
         }
     }
-    if let Some((_, dense, dense_acc)) = &compared {
-        report_comparison(&mut e, &g, dense, acc, dense_acc);
+    if let Some((dense, dense_acc)) = &out.compared {
+        report_comparison(&mut e, g, dense, acc, dense_acc);
     }
     if acc.sliding_layer_steps > 0 {
-        let sliding = model.config.n_layers - model.config.global_layers().count();
+        let n_layers = model.config.n_layers;
+        let sliding = n_layers - model.config.global_layers().count();
         let _ = writeln!(
             e,
             "sliding-window layers: {sliding} of {n_layers} read their last {} tokens by construction \
@@ -245,7 +281,6 @@ pub fn run(mut a: Args) -> CliResult<()> {
             acc.sliding_kv_bytes / 1e6
         );
     }
-    Ok(())
 }
 
 /// Tokens per second of a generation's decoding.
