@@ -270,7 +270,8 @@ fn table_file(
         let bytes = read(p)?;
         if a.resume && saved.exists() && read(saved)? != bytes {
             return fail(format!(
-                "--resume: {} differs from {flag} {}, so the records there were made with                  another table; give the same table or use another --out-dir",
+                "--resume: {} differs from {flag} {}, so the records there were made with \
+                 another table; give the same table or use another --out-dir",
                 saved.display(),
                 p.display()
             ));
@@ -284,7 +285,9 @@ fn table_file(
     if let Some(shard) = a.shard {
         let name = saved.file_name().unwrap_or_default().to_string_lossy();
         return fail(format!(
-            "--shard {shard}: every shard must use the same calibration tables; make them once              with the same flags and --tables-only --out-dir DIR, then give each shard              {flag} DIR/{name}"
+            "--shard {shard}: every shard must use the same calibration tables; make them once \
+             with the same flags and --tables-only --out-dir DIR, then give each shard \
+             {flag} DIR/{name}"
         ));
     }
     Ok(None)

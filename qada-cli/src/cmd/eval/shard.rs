@@ -123,7 +123,8 @@ impl ShardFile {
         };
         if (old.k, old.n) != (self.k, self.n) || old.sweep != self.sweep {
             return fail(format!(
-                "--resume: {} holds shard {}/{} of {}; this run is shard {}/{} of {}; resume                  it with the same flags, or use another --out-dir",
+                "--resume: {} holds shard {}/{} of {}; this run is shard {}/{} of {}; resume \
+                 it with the same flags, or use another --out-dir",
                 dir.join(SHARD_FILE).display(),
                 old.k,
                 old.n,
@@ -149,7 +150,8 @@ pub fn check_shards(dirs: &[PathBuf]) -> CliResult<Vec<String>> {
         if let Some((first, at)) = seen.first() {
             if f.n != first.n || f.sweep != first.sweep {
                 return fail(format!(
-                    "--merge: {} is shard {}/{} of {}, but {} is shard {}/{} of {}: shards of                      different sweeps or splits cannot be merged",
+                    "--merge: {} is shard {}/{} of {}, but {} is shard {}/{} of {}: shards of \
+                     different sweeps or splits cannot be merged",
                     d.display(),
                     f.k,
                     f.n,
@@ -184,7 +186,8 @@ pub fn check_shards(dirs: &[PathBuf]) -> CliResult<Vec<String>> {
         for (f, d) in &seen {
             if !f.finished {
                 said.push(format!(
-                    "shard {}/{} in {} did not finish: run it again with --resume, then merge                      it again",
+                    "shard {}/{} in {} did not finish: run it again with --resume, then merge \
+                     it again",
                     f.k,
                     f.n,
                     d.display()
