@@ -205,8 +205,11 @@ def test_decide_on_the_sessions_tensors_is_analyzes_probe(model):
 
 
 def test_ctrl_c_interrupts_a_long_generation():
+    # faulthandler: a child still running after 50 s prints where its threads are, so that a
+    # failure below says what the generation was doing when the interrupt did not land
     code = (
-        "import qada, sys\n"
+        "import qada, sys, faulthandler\n"
+        "faulthandler.dump_traceback_later(50, exit=True)\n"
         "m = qada.Model('smollm2-135m')\n"
         "print('ready', flush=True)\n"
         "m.generate('Once upon a time', max_tokens=100000, ignore_eos=True)\n"
@@ -220,7 +223,12 @@ def test_ctrl_c_interrupts_a_long_generation():
     time.sleep(1.5)
     t0 = time.monotonic()
     p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=60)
+    try:
+        out, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f"still running 60 s after SIGINT; stdout {out!r}; stderr:\n{err}")
     assert "KeyboardInterrupt" in err, err
     assert "finished" not in out
     assert time.monotonic() - t0 < 30
