@@ -83,11 +83,6 @@ impl ModelArgs {
     }
 }
 
-/// The name `--activations` takes for `p`.
-pub fn precision_name(p: ActPrecision) -> &'static str {
-    p.name()
-}
-
 /// Load the model the flags name, with activations in `default` unless `--activations` says
 /// otherwise.
 pub fn load_model(a: &ModelArgs, default: ActPrecision) -> CliResult<Model> {

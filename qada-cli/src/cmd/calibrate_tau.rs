@@ -324,10 +324,7 @@ pub fn run(a: Args) -> CliResult<()> {
         .map_err(|e| format!("cannot create {}: {e}", a.work_dir.display()))?;
     let cfgs = configs(&methods, &taus, &[], None, &groups)?;
     let mut log = RecordLog::open(&a.work_dir.join("records.jsonl"), a.resume)?;
-    log.name_run(crate::host::run_info(
-        crate::common::precision_name(model.activations),
-        &a.kv,
-    ));
+    log.name_run(crate::host::run_info(model.activations.name(), &a.kv));
     let sweep = Sweep {
         model: &model,
         corpus: &corpus,

@@ -14,8 +14,7 @@ use qada_model::{
 use serde_json::json;
 
 use crate::common::{
-    fail, load_model, precision_name, progress_bar, CliResult, CriterionArgs, Fallback, ModelArgs,
-    PromptArgs,
+    fail, load_model, progress_bar, CliResult, CriterionArgs, Fallback, ModelArgs, PromptArgs,
 };
 
 #[derive(clap::Args)]
@@ -206,7 +205,7 @@ fn json_report(a: &Args, model: &Model, why: Option<&str>, out: &Outcome) -> ser
         "kv_bytes_ratio": acc.kv_bytes_ratio(),
         "global_layers": model.config.global_layers().collect::<Vec<_>>(),
         "sliding_kv_bytes": acc.sliding_kv_bytes,
-        "activations": precision_name(model.activations),
+        "activations": model.activations.name(),
         "compare": out.compared.as_ref().map(|(d, dacc)| comparison_json(g, d, acc, dacc)),
     })
 }

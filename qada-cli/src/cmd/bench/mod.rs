@@ -29,7 +29,7 @@ use qada_model::{Model, Sampler, SamplingParams, Session, SessionCheckpoint, Ses
 use serde_json::json;
 
 use crate::common::{
-    fail, load_model, precision_name, progress_bar, CliResult, CriterionArgs, Fallback, ModelArgs,
+    fail, load_model, progress_bar, CliResult, CriterionArgs, Fallback, ModelArgs,
 };
 use crate::corpus::{Corpus, Part};
 use crate::host::{cpu_description, cpu_simd_flags, COMMIT};
@@ -193,7 +193,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
         cpu: &cpu,
         kernels: &kernels,
         cpu_flags: &cpu_flags,
-        activations: precision_name(model.activations),
+        activations: model.activations.name(),
         adaptive: &a.criterion.describe(),
         bandwidth,
     };
@@ -302,7 +302,7 @@ fn measure_depth(
         "commit": COMMIT,
         "kernels": m.kernels,
         "cpu_simd_flags": m.cpu_flags,
-        "activations": precision_name(model.activations),
+        "activations": model.activations.name(),
         "dense_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[0]),
         "adaptive_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[1]),
     });

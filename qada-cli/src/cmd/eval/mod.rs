@@ -28,7 +28,7 @@ use qada_stats::MomentTable;
 use serde_json::json;
 
 use super::calibration::{corpus_prompts, moment_table, static_table};
-use crate::common::{fail, load_model, parse_kv, precision_name, CliResult, ModelArgs};
+use crate::common::{fail, load_model, parse_kv, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part};
 
 pub(crate) mod configs;
@@ -170,7 +170,7 @@ fn run_identity(model: &Model, file: &Path, a: &Args) -> serde_json::Value {
         "kv": a.kv,
         "sink": a.sink,
         "local": a.local,
-        "activations": precision_name(model.activations),
+        "activations": model.activations.name(),
     })
 }
 
@@ -443,10 +443,7 @@ pub fn run(a: Args) -> CliResult<()> {
         }
     };
     let mut log = RecordLog::open(&a.out_dir.join("records.jsonl"), a.resume)?;
-    log.name_run(crate::host::run_info(
-        precision_name(model.activations),
-        &a.kv,
-    ));
+    log.name_run(crate::host::run_info(model.activations.name(), &a.kv));
     let sweep = Sweep {
         model: &model,
         corpus: &corpus,
