@@ -253,7 +253,7 @@ fn group_decisions(c: &mut Criterion) {
 /// query heads, d = 256, f16 rows. A sliding layer (its 512-position window, all local) and a
 /// global layer at T = 4096 (sink 16 and window 112 local, the bulk in parallel chunks).
 fn layer_gemma_d256(c: &mut Criterion) {
-    use qada_core::{attend_layer, Decision, Dense, LayerScratch};
+    use qada_core::{attend_layer, Dense, LayerScratch};
     use qada_stats::f16;
     const DG: usize = 256;
     const H: usize = 4;
@@ -284,20 +284,9 @@ fn layer_gemma_d256(c: &mut Criterion) {
         }];
         let mut scratch = LayerScratch::new();
         let mut out = vec![0.0f32; H * DG];
-        let mut decisions = [Decision::LONG; H];
         group.bench_function(name, |b| {
             b.iter(|| {
-                attend_layer(
-                    &Dense,
-                    0,
-                    black_box(&q),
-                    &kv,
-                    scale,
-                    &mut scratch,
-                    &mut out,
-                    &mut decisions,
-                )
-                .unwrap()
+                attend_layer(&Dense, 0, black_box(&q), &kv, scale, &mut scratch, &mut out).unwrap()
             })
         });
     }

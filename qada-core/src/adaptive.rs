@@ -119,8 +119,12 @@ pub struct LayerScratch {
     local_m: Vec<f32>,
     local_l: Vec<f32>,
     local_acc: Vec<f32>,
+    /// Bulk tasks; the first `n_tasks` are the last step's.
     tasks: Vec<Task>,
+    n_tasks: usize,
     state: Option<Partial>,
+    /// One per query head: the last step's decisions.
+    decisions: Vec<Decision>,
     /// Per KV group: what the criterion chose to read, and its pages.
     reads_of: Vec<GroupRead>,
     selections: Vec<PageSelection>,
@@ -162,7 +166,9 @@ impl LayerScratch {
             tasks: (0..n_kv_heads * max_bulk.div_ceil(CHUNK))
                 .map(|_| task())
                 .collect(),
+            n_tasks: 0,
             state: None,
+            decisions: Vec::with_capacity(n_kv_heads * group),
             reads_of: Vec::with_capacity(n_kv_heads),
             selections: (0..n_kv_heads)
                 .map(|_| {
@@ -367,14 +373,72 @@ fn push_run(
     t.mask |= mask;
 }
 
+/// The shape of one layer's step, checked once by [`Shape::check`].
+#[derive(Clone, Copy, Debug)]
+struct Shape {
+    n_heads: usize,
+    n_kv: usize,
+    /// Query heads per KV head.
+    group: usize,
+    d: usize,
+    /// Keys of the sink plus the window (the same for every KV head of the layer).
+    local_len: usize,
+}
+
+impl Shape {
+    /// `queries` and `out` are `n_heads x d`, `n_heads` a multiple of the KV heads (at most 64
+    /// query heads each), and every KV head has the same dimension and local length.
+    fn check<K: LayerKv + ?Sized>(queries: &[f32], kv: &K, out: &[f32]) -> Result<Shape> {
+        let n_kv = kv.n_kv_heads();
+        let d = if n_kv == 0 { 0 } else { kv.segments(0).dim };
+        let n_heads = queries.len().checked_div(d).unwrap_or(0);
+        if n_kv == 0 || d == 0 || !n_heads.is_multiple_of(n_kv) || n_heads / n_kv > 64 {
+            return Err(CoreError::DimensionMismatch {
+                what: "query heads per KV head (at most 64)",
+                expected: n_kv,
+                found: n_heads,
+            });
+        }
+        for (what, len) in [("queries", queries.len()), ("outputs", out.len())] {
+            if len != n_heads * d {
+                return Err(CoreError::DimensionMismatch {
+                    what,
+                    expected: n_heads * d,
+                    found: len,
+                });
+            }
+        }
+        let local_len = kv.segments(0).local_len();
+        for g in 0..n_kv {
+            let k = kv.segments(g);
+            k.validate()?;
+            if k.dim != d || k.local_len() != local_len {
+                return Err(CoreError::DimensionMismatch {
+                    what: "KV heads of one layer (dimension and length)",
+                    expected: d,
+                    found: k.dim,
+                });
+            }
+        }
+        Ok(Shape {
+            n_heads,
+            n_kv,
+            group: n_heads / n_kv,
+            d,
+            local_len,
+        })
+    }
+}
+
 /// Attention of one layer at one step.
 ///
-/// - `queries`: `n_heads x d` rotated queries.
+/// - `queries`: `n_heads x d` rotated queries (`d` the KV heads' dimension).
 /// - `kv`: the layer's KV heads (a slice of [`KvSegments`], or a view of a cache).
 /// - `scores`: the scale of `q . k` (an `f32`), or a [`ScoreMap`] with a soft cap.
 /// - `out`: `n_heads x d` attention outputs.
-/// - `decisions`: one per query head, written here.
-#[allow(clippy::too_many_arguments)]
+///
+/// The step's decisions, one per query head, are left in [`LayerScratch::decisions`]. Four
+/// phases: the local scores, the decisions, the bulk rows read, and local and bulk merged.
 pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
     criterion: &C,
     layer: usize,
@@ -383,138 +447,176 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
     scores: impl Into<ScoreMap>,
     scratch: &mut LayerScratch,
     out: &mut [f32],
-    decisions: &mut [Decision],
 ) -> Result<()> {
     let map: ScoreMap = scores.into();
-    let scale = map.scale;
-    let n_kv = kv.n_kv_heads();
-    let d = if n_kv == 0 { 0 } else { kv.segments(0).dim };
-    let n_heads = decisions.len();
-    if n_kv == 0 || d == 0 || !n_heads.is_multiple_of(n_kv) || n_heads / n_kv > 64 {
-        return Err(CoreError::DimensionMismatch {
-            what: "query heads per KV head (at most 64)",
-            expected: n_kv,
-            found: n_heads,
-        });
-    }
-    for (what, len) in [("queries", queries.len()), ("outputs", out.len())] {
-        if len != n_heads * d {
-            return Err(CoreError::DimensionMismatch {
-                what,
-                expected: n_heads * d,
-                found: len,
-            });
-        }
-    }
-    let local_len = kv.segments(0).local_len();
-    for g in 0..n_kv {
-        let k = kv.segments(g);
-        k.validate()?;
-        if k.dim != d || k.local_len() != local_len {
-            return Err(CoreError::DimensionMismatch {
-                what: "KV heads of one layer (dimension and length)",
-                expected: d,
-                found: k.dim,
-            });
-        }
-    }
-    let group = n_heads / n_kv;
+    let shape = Shape::check(queries, kv, out)?;
+    scratch.score_local(shape, queries, kv, map)?;
+    scratch.decide(shape, criterion, layer, queries, kv, map.scale)?;
+    scratch.attend_bulk(shape, queries, kv, map)?;
+    scratch.merge_local_and_bulk(shape, kv, out)
+}
 
-    // 1. local scores of every head: the group's sink and window keys read once for all its
-    //    heads (block kernels), then laid out per head as sink followed by window.
-    scratch.local_scores.resize(n_heads * local_len, 0.0);
-    scratch.block.resize(group * local_len, 0.0);
-    for g in 0..n_kv {
-        let k = kv.segments(g);
-        let ns = k.sink_keys.n_rows(d);
-        let nw = local_len - ns;
-        let q = &queries[g * group * d..(g + 1) * group * d];
-        let (s_sink, s_win) = scratch.block.split_at_mut(group * ns);
-        block_scores(q, k.sink_keys, d, scale, s_sink)?;
-        block_scores(q, k.window_keys, d, scale, s_win)?;
-        map.cap_in_place(s_sink);
-        map.cap_in_place(s_win);
-        for j in 0..group {
-            let h = g * group + j;
-            let s = &mut scratch.local_scores[h * local_len..(h + 1) * local_len];
-            s[..ns].copy_from_slice(&s_sink[j * ns..(j + 1) * ns]);
-            s[ns..].copy_from_slice(&s_win[j * nw..(j + 1) * nw]);
-        }
+impl LayerScratch {
+    /// The decisions of the last [`attend_layer`], one per query head.
+    pub fn decisions(&self) -> &[Decision] {
+        &self.decisions
     }
 
-    // 2. decide, group by group (the criterion may decide a group as one: see `Grouped`),
-    //    and say what each group reads of its bulk.
-    if scratch.selections.len() < n_kv {
-        scratch.selections.resize(n_kv, PageSelection::new());
+    /// Phase 1: the local scores `s_I` of every head; the group's sink and window keys read
+    /// once for all its heads (block kernels), then laid out per head as sink then window.
+    fn score_local<K: LayerKv + ?Sized>(
+        &mut self,
+        Shape {
+            n_heads,
+            n_kv,
+            group,
+            d,
+            local_len,
+        }: Shape,
+        queries: &[f32],
+        kv: &K,
+        map: ScoreMap,
+    ) -> Result<()> {
+        self.local_scores.resize(n_heads * local_len, 0.0);
+        self.block.resize(group * local_len, 0.0);
+        for g in 0..n_kv {
+            let k = kv.segments(g);
+            let ns = k.sink_keys.n_rows(d);
+            let nw = local_len - ns;
+            let q = &queries[g * group * d..(g + 1) * group * d];
+            let (s_sink, s_win) = self.block.split_at_mut(group * ns);
+            block_scores(q, k.sink_keys, d, map.scale, s_sink)?;
+            block_scores(q, k.window_keys, d, map.scale, s_win)?;
+            map.cap_in_place(s_sink);
+            map.cap_in_place(s_win);
+            for j in 0..group {
+                let h = g * group + j;
+                let s = &mut self.local_scores[h * local_len..(h + 1) * local_len];
+                s[..ns].copy_from_slice(&s_sink[j * ns..(j + 1) * ns]);
+                s[ns..].copy_from_slice(&s_win[j * nw..(j + 1) * nw]);
+            }
+        }
+        Ok(())
     }
-    scratch.reads_of.clear();
-    scratch.reads_of.resize(n_kv, GroupRead::Local);
-    let local_scores = &scratch.local_scores;
-    let decide = |g: usize, out: &mut [Decision], sel: &mut PageSelection| -> Result<GroupRead> {
-        let k = kv.segments(g);
-        let input = |h: usize| HeadInput {
-            layer,
-            head: h,
-            query: &queries[h * d..(h + 1) * d],
-            scale,
-            local_scores: &local_scores[h * local_len..(h + 1) * local_len],
-            bulk_len: k.bulk_len(),
-            bulk_moments: k.bulk_moments,
-            bulk_keys: k.bulk_keys,
-            bulk_pages: k.bulk_pages,
-            bulk_clusters: k.bulk_clusters,
-        };
-        // on the stack: at most 64 heads per group (checked above); slots past the group
-        // repeat its last head and are not passed on
-        let inputs: [HeadInput<'_>; 64] =
-            std::array::from_fn(|i| input(g * group + i.min(group - 1)));
-        let mut read = criterion.select_group(&inputs[..group], out, sel)?;
-        if k.bulk_len() == 0 {
-            out.iter_mut().for_each(|o| o.local = true);
-            read = GroupRead::Local;
+
+    /// Phase 2: decide, group by group (the criterion may decide a group as one: see
+    /// `Grouped`), and say what each group reads of its bulk. Selecting pages scans a
+    /// summary per page: worth a core per group on long bulks.
+    fn decide<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
+        &mut self,
+        Shape {
+            n_heads,
+            n_kv,
+            group,
+            d,
+            local_len,
+        }: Shape,
+        criterion: &C,
+        layer: usize,
+        queries: &[f32],
+        kv: &K,
+        scale: f32,
+    ) -> Result<()> {
+        if self.selections.len() < n_kv {
+            self.selections.resize(n_kv, PageSelection::new());
         }
-        if read == GroupRead::Local && out.iter().any(|o| !o.local) {
-            // a criterion that reads nothing of the bulk leaves its heads local
-            out.iter_mut().for_each(|o| o.local = true);
-        }
-        Ok(read)
-    };
-    // selecting pages scans a summary per page: worth a core per group on long bulks
-    let bulk = kv.segments(0).bulk_len();
-    let (sels, reads_of) = (&mut scratch.selections[..n_kv], &mut scratch.reads_of[..]);
-    if n_kv > 1 && bulk >= PARALLEL_SELECTION && criterion.bulk_summaries().page.is_some() {
-        decisions
-            .par_chunks_mut(group)
-            .zip(sels.par_iter_mut())
-            .zip(reads_of.par_iter_mut())
-            .enumerate()
-            .try_for_each(|(g, ((out, sel), read))| decide(g, out, sel).map(|r| *read = r))?;
-    } else {
-        let groups = decisions
-            .chunks_mut(group)
-            .zip(sels.iter_mut())
-            .zip(reads_of.iter_mut());
-        for (g, ((out, sel), read)) in groups.enumerate() {
-            *read = decide(g, out, sel)?;
+        self.reads_of.clear();
+        self.reads_of.resize(n_kv, GroupRead::Local);
+        self.decisions.clear();
+        self.decisions.resize(n_heads, Decision::LONG);
+        let local_scores = &self.local_scores;
+        let decide =
+            |g: usize, out: &mut [Decision], sel: &mut PageSelection| -> Result<GroupRead> {
+                let k = kv.segments(g);
+                let input = |h: usize| HeadInput {
+                    layer,
+                    head: h,
+                    query: &queries[h * d..(h + 1) * d],
+                    scale,
+                    local_scores: &local_scores[h * local_len..(h + 1) * local_len],
+                    bulk_len: k.bulk_len(),
+                    bulk_moments: k.bulk_moments,
+                    bulk_keys: k.bulk_keys,
+                    bulk_pages: k.bulk_pages,
+                    bulk_clusters: k.bulk_clusters,
+                };
+                // on the stack: at most 64 heads per group (checked by `Shape::check`); slots
+                // past the group repeat its last head and are not passed on
+                let inputs: [HeadInput<'_>; 64] =
+                    std::array::from_fn(|i| input(g * group + i.min(group - 1)));
+                let mut read = criterion.select_group(&inputs[..group], out, sel)?;
+                if k.bulk_len() == 0 {
+                    out.iter_mut().for_each(|o| o.local = true);
+                    read = GroupRead::Local;
+                }
+                if read == GroupRead::Local && out.iter().any(|o| !o.local) {
+                    // a criterion that reads nothing of the bulk leaves its heads local
+                    out.iter_mut().for_each(|o| o.local = true);
+                }
+                Ok(read)
+            };
+        let bulk = kv.segments(0).bulk_len();
+        let (sels, reads_of) = (&mut self.selections[..n_kv], &mut self.reads_of[..]);
+        let decisions = &mut self.decisions[..];
+        if n_kv > 1 && bulk >= PARALLEL_SELECTION && criterion.bulk_summaries().page.is_some() {
+            decisions
+                .par_chunks_mut(group)
+                .zip(sels.par_iter_mut())
+                .zip(reads_of.par_iter_mut())
+                .enumerate()
+                .try_for_each(|(g, ((out, sel), read))| decide(g, out, sel).map(|r| *read = r))
+        } else {
+            let groups = decisions
+                .chunks_mut(group)
+                .zip(sels.iter_mut())
+                .zip(reads_of.iter_mut());
+            for (g, ((out, sel), read)) in groups.enumerate() {
+                *read = decide(g, out, sel)?;
+            }
+            Ok(())
         }
     }
 
-    // 3. bulk rows of groups with a long head, in tasks of up to `CHUNK` rows run in
-    //    parallel: the whole bulk for the long heads, or the selected pages, each for its heads.
-    let mut n_tasks = 0;
-    scratch.reads.reset(n_kv, group);
-    for g in 0..n_kv {
-        let k = kv.segments(g);
-        let bulk = k.bulk_len();
-        let sel = &scratch.selections[g];
-        scratch.reads.summary_bytes[g] = sel.summary_bytes();
-        scratch.reads.summary_flops[g] = sel.summary_flops();
+    /// Phase 3: the bulk rows of groups with a long head, in tasks of up to [`CHUNK`] rows run
+    /// in parallel: the whole bulk for the long heads, or the selected pages, each for its
+    /// heads. Counts what each group and head read.
+    fn attend_bulk<K: LayerKv + ?Sized>(
+        &mut self,
+        shape: Shape,
+        queries: &[f32],
+        kv: &K,
+        map: ScoreMap,
+    ) -> Result<()> {
+        let Shape { n_kv, group, d, .. } = shape;
+        self.n_tasks = 0;
+        self.reads.reset(n_kv, group);
+        for g in 0..n_kv {
+            self.plan_group(shape, g, kv.segments(g).bulk_len());
+        }
+        let tasks = &mut self.tasks[..self.n_tasks];
+        if tasks.len() > 1 {
+            tasks
+                .par_iter_mut()
+                .try_for_each(|t| run_task(t, queries, kv, map, d, group))
+        } else {
+            tasks
+                .iter_mut()
+                .try_for_each(|t| run_task(t, queries, kv, map, d, group))
+        }
+    }
+
+    /// Group `g`'s part of phase 3: the runs of its bulk (of `bulk` rows) its long heads read,
+    /// pushed as tasks, and counted in [`LayerReads`].
+    fn plan_group(&mut self, Shape { group, d, .. }: Shape, g: usize, bulk: usize) {
+        let sel = &self.selections[g];
+        self.reads.summary_bytes[g] = sel.summary_bytes();
+        self.reads.summary_flops[g] = sel.summary_flops();
         let long_mask = (0..group)
-            .filter(|&j| !decisions[g * group + j].local)
+            .filter(|&j| !self.decisions[g * group + j].local)
             .fold(0u64, |m, j| m | (1 << j));
         let mut open = None;
-        let reads = &mut scratch.reads;
-        let mut count = |(r0, r1): (usize, usize), mask: u64| {
+        let (reads, tasks, n_tasks) = (&mut self.reads, &mut self.tasks, &mut self.n_tasks);
+        let mut push = |(r0, r1): (usize, usize), mask: u64| {
             if mask != 0 {
                 reads.group_rows[g] += r1 - r0;
             }
@@ -523,15 +625,13 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
                     reads.head_rows[g * group + j] += r1 - r0;
                 }
             }
+            push_run(tasks, n_tasks, &mut open, g, (r0, r1), mask, group, d);
         };
-        match scratch.reads_of[g] {
+        match self.reads_of[g] {
             GroupRead::Local => {}
             GroupRead::Full => {
                 for r in (0..bulk).step_by(CHUNK) {
-                    let rows = (r, (r + CHUNK).min(bulk));
-                    count(rows, long_mask);
-                    let t = &mut scratch.tasks;
-                    push_run(t, &mut n_tasks, &mut open, g, rows, long_mask, group, d);
+                    push((r, (r + CHUNK).min(bulk)), long_mask);
                 }
             }
             GroupRead::Selected => {
@@ -543,89 +643,89 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
                         .map(move |a| ((a, (a + CHUNK).min(r1)), mask))
                 });
                 for (rows, mask) in pieces {
-                    let mask = mask & long_mask;
-                    count(rows, mask);
-                    let t = &mut scratch.tasks;
-                    push_run(t, &mut n_tasks, &mut open, g, rows, mask, group, d);
+                    push(rows, mask & long_mask);
                 }
             }
         }
-    }
-    let tasks = &mut scratch.tasks[..n_tasks];
-    if n_tasks > 1 {
-        tasks
-            .par_iter_mut()
-            .try_for_each(|t| run_task(t, queries, kv, map, d, group))?;
-    } else {
-        tasks
-            .iter_mut()
-            .try_for_each(|t| run_task(t, queries, kv, map, d, group))?;
     }
 
-    // 4. local state per head: weights exp(s - m) from the local scores, the group's sink
-    //    and window values read once for all its heads (block kernel); then merged with the
-    //    head's bulk partials.
-    let mut state = scratch.state.take().unwrap_or_else(|| Partial {
-        m: f32::NEG_INFINITY,
-        l: 0.0,
-        acc: Vec::with_capacity(d),
-    });
-    scratch.local_acc.resize(group * d, 0.0);
-    scratch.local_m.resize(group, 0.0);
-    scratch.local_l.resize(group, 0.0);
-    for g in 0..n_kv {
-        let k = kv.segments(g);
-        let ns = k.sink_keys.n_rows(d);
-        let nw = local_len - ns;
-        let (w_sink, w_win) = scratch.block.split_at_mut(group * ns);
-        for j in 0..group {
-            let h = g * group + j;
-            let s = &scratch.local_scores[h * local_len..(h + 1) * local_len];
-            let m = max_score(s, f32::NEG_INFINITY);
-            let (ws, ww) = (
-                &mut w_sink[j * ns..(j + 1) * ns],
-                &mut w_win[j * nw..(j + 1) * nw],
-            );
-            ws.copy_from_slice(&s[..ns]);
-            ww.copy_from_slice(&s[ns..]);
-            scratch.local_m[j] = m;
-            scratch.local_l[j] = if m == f32::NEG_INFINITY {
-                0.0
-            } else {
-                exp_in_place(ws, m) + exp_in_place(ww, m)
-            };
-        }
-        let acc = &mut scratch.local_acc[..group * d];
-        acc.iter_mut().for_each(|a| *a = 0.0);
-        block_accumulate(acc, w_sink, k.sink_values, d)?;
-        block_accumulate(acc, w_win, k.window_values, d)?;
-        for j in 0..group {
-            let h = g * group + j;
-            state.reset(d);
-            let m = scratch.local_m[j];
-            if m != f32::NEG_INFINITY {
-                state.m = m;
-                state.l = scratch.local_l[j];
-                state.acc.copy_from_slice(&acc[j * d..(j + 1) * d]);
+    /// Phase 4: the local state per head, weights `exp(s - m)` from the local scores and the
+    /// group's sink and window values read once for all its heads (block kernel), merged with
+    /// the head's bulk partials; `o = acc / l`.
+    fn merge_local_and_bulk<K: LayerKv + ?Sized>(
+        &mut self,
+        Shape {
+            n_kv,
+            group,
+            d,
+            local_len,
+            ..
+        }: Shape,
+        kv: &K,
+        out: &mut [f32],
+    ) -> Result<()> {
+        let mut state = self.state.take().unwrap_or_else(|| Partial {
+            m: f32::NEG_INFINITY,
+            l: 0.0,
+            acc: Vec::with_capacity(d),
+        });
+        self.local_acc.resize(group * d, 0.0);
+        self.local_m.resize(group, 0.0);
+        self.local_l.resize(group, 0.0);
+        for g in 0..n_kv {
+            let k = kv.segments(g);
+            let ns = k.sink_keys.n_rows(d);
+            let nw = local_len - ns;
+            let (w_sink, w_win) = self.block.split_at_mut(group * ns);
+            for j in 0..group {
+                let h = g * group + j;
+                let s = &self.local_scores[h * local_len..(h + 1) * local_len];
+                let m = max_score(s, f32::NEG_INFINITY);
+                let (ws, ww) = (
+                    &mut w_sink[j * ns..(j + 1) * ns],
+                    &mut w_win[j * nw..(j + 1) * nw],
+                );
+                ws.copy_from_slice(&s[..ns]);
+                ww.copy_from_slice(&s[ns..]);
+                self.local_m[j] = m;
+                self.local_l[j] = if m == f32::NEG_INFINITY {
+                    0.0
+                } else {
+                    exp_in_place(ws, m) + exp_in_place(ww, m)
+                };
             }
-            if !decisions[h].local {
-                for t in scratch.tasks[..n_tasks].iter().filter(|t| t.group == g) {
-                    if let Some(i) = t.heads.iter().position(|&x| x == h) {
-                        merge(&mut state, t.m[i], t.l[i], &t.acc[i * d..(i + 1) * d]);
+            let acc = &mut self.local_acc[..group * d];
+            acc.iter_mut().for_each(|a| *a = 0.0);
+            block_accumulate(acc, w_sink, k.sink_values, d)?;
+            block_accumulate(acc, w_win, k.window_values, d)?;
+            for j in 0..group {
+                let h = g * group + j;
+                state.reset(d);
+                let m = self.local_m[j];
+                if m != f32::NEG_INFINITY {
+                    state.m = m;
+                    state.l = self.local_l[j];
+                    state.acc.copy_from_slice(&acc[j * d..(j + 1) * d]);
+                }
+                if !self.decisions[h].local {
+                    for t in self.tasks[..self.n_tasks].iter().filter(|t| t.group == g) {
+                        if let Some(i) = t.heads.iter().position(|&x| x == h) {
+                            merge(&mut state, t.m[i], t.l[i], &t.acc[i * d..(i + 1) * d]);
+                        }
                     }
                 }
-            }
-            let o = &mut out[h * d..(h + 1) * d];
-            if state.l > 0.0 {
-                let inv = 1.0 / state.l;
-                for (x, &a) in o.iter_mut().zip(&state.acc) {
-                    *x = a * inv;
+                let o = &mut out[h * d..(h + 1) * d];
+                if state.l > 0.0 {
+                    let inv = 1.0 / state.l;
+                    for (x, &a) in o.iter_mut().zip(&state.acc) {
+                        *x = a * inv;
+                    }
+                } else {
+                    o.iter_mut().for_each(|x| *x = 0.0);
                 }
-            } else {
-                o.iter_mut().for_each(|x| *x = 0.0);
             }
         }
+        self.state = Some(state);
+        Ok(())
     }
-    scratch.state = Some(state);
-    Ok(())
 }

@@ -108,11 +108,10 @@ proptest! {
         let n_heads = heads.len() * group;
         let kv: Vec<_> = heads.iter().map(|h| h.segments()).collect();
         let mut scratch = LayerScratch::new();
-        let mut decisions = vec![Decision::LONG; n_heads];
         let mut out = vec![0.0; n_heads * d];
         let scale = 1.0 / (d as f32).sqrt();
 
-        attend_layer(&Dense, 0, &q, &kv, scale, &mut scratch, &mut out, &mut decisions).unwrap();
+        attend_layer(&Dense, 0, &q, &kv, scale, &mut scratch, &mut out).unwrap();
         for h in 0..n_heads {
             let head = &heads[h / group];
             let mut expect = vec![0.0; d];
@@ -120,8 +119,8 @@ proptest! {
             close(&out[h * d..(h + 1) * d], &expect, 1e-6)?;
         }
 
-        attend_layer(&Window, 0, &q, &kv, scale, &mut scratch, &mut out, &mut decisions).unwrap();
-        prop_assert!(decisions.iter().all(|d| d.local));
+        attend_layer(&Window, 0, &q, &kv, scale, &mut scratch, &mut out).unwrap();
+        prop_assert!(scratch.decisions().iter().all(|d| d.local));
         for h in 0..n_heads {
             let head = &heads[h / group];
             let mut expect = vec![0.0; d];
@@ -136,10 +135,11 @@ proptest! {
         let d = heads[0].d;
         let n_heads = heads.len() * group;
         let kv: Vec<_> = heads.iter().map(|h| h.segments()).collect();
-        let mut decisions = vec![Decision::LONG; n_heads];
         let mut out = vec![0.0; n_heads * d];
         for crit in [&Oracle::new(tau).unwrap() as &dyn qada_core::LocalityCriterion, &Approx::new(tau).unwrap()] {
-            attend_layer(crit, 3, &q, &kv, 1.0, &mut LayerScratch::new(), &mut out, &mut decisions).unwrap();
+            let mut scratch = LayerScratch::new();
+            attend_layer(crit, 3, &q, &kv, 1.0, &mut scratch, &mut out).unwrap();
+            let decisions = scratch.decisions();
             for h in 0..n_heads {
                 let head = &heads[h / group];
                 let expect = brute_force(head, &q[h * d..(h + 1) * d], 1.0, decisions[h].local);
@@ -165,42 +165,11 @@ fn scores_of_ten_thousand_give_finite_outputs() {
 fn mismatched_layer_shapes_are_errors() {
     let h = Head::new(4, 2, 8, vec![0.5; 40 * 4], vec![0.5; 40 * 4]);
     let kv = [h.segments()];
-    let mut decisions = vec![Decision::LONG; 2];
     let mut out = vec![0.0; 8];
     let mut s = LayerScratch::new();
-    assert!(attend_layer(
-        &Dense,
-        0,
-        &[0.0; 7],
-        &kv,
-        1.0,
-        &mut s,
-        &mut out,
-        &mut decisions
-    )
-    .is_err());
-    assert!(attend_layer(
-        &Dense,
-        0,
-        &[0.0; 8],
-        &kv,
-        1.0,
-        &mut s,
-        &mut [0.0; 4],
-        &mut decisions
-    )
-    .is_err());
-    assert!(attend_layer(
-        &Dense,
-        0,
-        &[0.0; 8],
-        &[],
-        1.0,
-        &mut s,
-        &mut out,
-        &mut decisions
-    )
-    .is_err());
+    assert!(attend_layer(&Dense, 0, &[0.0; 7], &kv, 1.0, &mut s, &mut out,).is_err());
+    assert!(attend_layer(&Dense, 0, &[0.0; 8], &kv, 1.0, &mut s, &mut [0.0; 4],).is_err());
+    assert!(attend_layer(&Dense, 0, &[0.0; 8], &[], 1.0, &mut s, &mut out,).is_err());
 }
 
 #[test]
@@ -275,18 +244,7 @@ fn adaptive_output_equals_dense_across_many_bulk_chunks() {
         .collect();
     let kv: Vec<_> = heads.iter().map(|h| h.segments()).collect();
     let mut out = vec![0.0; 2 * group * d];
-    let mut decisions = vec![Decision::LONG; 2 * group];
-    attend_layer(
-        &Dense,
-        0,
-        &q,
-        &kv,
-        0.25,
-        &mut LayerScratch::new(),
-        &mut out,
-        &mut decisions,
-    )
-    .unwrap();
+    attend_layer(&Dense, 0, &q, &kv, 0.25, &mut LayerScratch::new(), &mut out).unwrap();
     for h in 0..2 * group {
         let expect = brute_force(&heads[h / group], &q[h * d..(h + 1) * d], 0.25, false);
         for (a, b) in out[h * d..(h + 1) * d].iter().zip(&expect) {
@@ -325,7 +283,6 @@ fn f16_rows_give_the_attention_of_the_rounded_keys_and_values() {
     };
     let q: Vec<f32> = (0..group * d).map(|i| (i as f32 * 0.37).sin()).collect();
     let mut out = vec![0.0; group * d];
-    let mut decisions = vec![Decision::LONG; group];
     attend_layer(
         &Dense,
         0,
@@ -334,7 +291,6 @@ fn f16_rows_give_the_attention_of_the_rounded_keys_and_values() {
         0.25,
         &mut LayerScratch::new(),
         &mut out,
-        &mut decisions,
     )
     .unwrap();
     for h in 0..group {
@@ -351,7 +307,6 @@ fn f16_rows_give_the_attention_of_the_rounded_keys_and_values() {
         0.25,
         &mut LayerScratch::new(),
         &mut out,
-        &mut decisions,
     )
     .unwrap();
     for h in 0..group {
@@ -404,7 +359,6 @@ fn q8_rows_give_the_attention_of_the_dequantized_keys_and_values() {
     seg.validate().unwrap();
     let q: Vec<f32> = (0..group * d).map(|i| (i as f32 * 0.37).sin()).collect();
     let mut out = vec![0.0; group * d];
-    let mut decisions = vec![Decision::LONG; group];
     for (local, criterion) in [
         (false, &Dense as &dyn qada_core::LocalityCriterion),
         (true, &Window),
@@ -417,7 +371,6 @@ fn q8_rows_give_the_attention_of_the_dequantized_keys_and_values() {
             0.25,
             &mut LayerScratch::new(),
             &mut out,
-            &mut decisions,
         )
         .unwrap();
         for h in 0..group {

@@ -177,9 +177,8 @@ proptest! {
         let run = |c: &dyn LocalityCriterion| {
             let mut scratch = LayerScratch::new();
             let mut out = vec![0.0f32; n * d];
-            let mut dec = vec![Decision::LONG; n];
-            attend_layer(c, 0, &queries, &kv, g.scale, &mut scratch, &mut out, &mut dec).unwrap();
-            (out, dec)
+            attend_layer(c, 0, &queries, &kv, g.scale, &mut scratch, &mut out).unwrap();
+            (out, scratch.decisions().to_vec())
         };
         let (dense, _) = run(&Dense);
         let (all, dec) = run(&Grouped::new(oracle, GroupMode::All));

@@ -148,10 +148,9 @@ proptest! {
         let c = FixedPages { page, masks: masks.clone() };
         let kv: Vec<_> = heads.iter().map(|h| h.segments()).collect();
         let mut scratch = LayerScratch::new();
-        let mut decisions = vec![Decision::LONG; n_heads];
         let mut out = vec![0.0; n_heads * d];
         let scale = 1.0 / (d as f32).sqrt();
-        attend_layer(&c, 0, &q, &kv, scale, &mut scratch, &mut out, &mut decisions).unwrap();
+        attend_layer(&c, 0, &q, &kv, scale, &mut scratch, &mut out).unwrap();
         let reads = scratch.reads();
         for h in 0..n_heads {
             let j = h % group;
@@ -293,14 +292,14 @@ proptest! {
             .collect();
         let c = Pages::new(Approx::new(tau).unwrap(), tau, page, PageRule::Estimate).unwrap();
         let mut scratch = LayerScratch::new();
-        let mut decisions = vec![Decision::LONG; n_heads];
         let mut out = vec![0.0; n_heads * d];
         let scale = 1.0 / (d as f32).sqrt();
-        attend_layer(&c, 0, &q, &kv, scale, &mut scratch, &mut out, &mut decisions).unwrap();
+        attend_layer(&c, 0, &q, &kv, scale, &mut scratch, &mut out).unwrap();
         let reads = scratch.reads().clone();
+        let decisions = scratch.decisions();
         let (t, local) = (heads[0].t(), heads[0].segments().local_len());
         let mut acc = Accounting::new(1, n_heads);
-        acc.record_layer_reads(0, &decisions, &reads, t, local, d, heads.len(), 4.0, DecisionCost::default());
+        acc.record_layer_reads(0, decisions, &reads, t, local, d, heads.len(), 4.0, DecisionCost::default());
         let rows: usize = reads.group_rows.iter().sum();
         let summaries: u64 = reads.summary_bytes.iter().sum();
         let expect = ((heads.len() * local + rows) * 2 * d * 4) as f64 + summaries as f64;
@@ -384,9 +383,8 @@ proptest! {
         let mut chosen = Vec::new();
         for c in [&exact, &all] {
             let mut scratch = LayerScratch::new();
-            let mut decisions = vec![Decision::LONG; n_heads];
-            let mut out = vec![0.0; n_heads * d];
-            attend_layer(c, 0, &q, &kv, scale, &mut scratch, &mut out, &mut decisions).unwrap();
+                let mut out = vec![0.0; n_heads * d];
+            attend_layer(c, 0, &q, &kv, scale, &mut scratch, &mut out).unwrap();
             let pages: Vec<Vec<(usize, u64)>> = (0..heads.len())
                 .map(|g| scratch.selection(g).map_or(Vec::new(), |s| s.pages().collect()))
                 .collect();

@@ -114,7 +114,6 @@ pub struct Session<'m> {
     rows: Buffers,
     logits: Vec<f32>,
     layer_scratch: LayerScratch,
-    decisions: Vec<Decision>,
 }
 
 /// Borrow a KV head's three segments as qada-core reads them.
@@ -174,7 +173,6 @@ impl<'m> Session<'m> {
             c.head_dim,
             capacity,
         );
-        let decisions = vec![Decision::LONG; c.n_heads];
         Ok(Session {
             model,
             cache,
@@ -184,7 +182,6 @@ impl<'m> Session<'m> {
             rows,
             logits,
             layer_scratch,
-            decisions,
         })
     }
 
@@ -478,7 +475,6 @@ impl<'m> Session<'m> {
             criterion: self.criterion.as_ref(),
             accounting: &mut self.accounting,
             layer_scratch: &mut self.layer_scratch,
-            decisions: &mut self.decisions,
             observer,
         };
         for l in 0..model.config.n_layers {
@@ -539,7 +535,6 @@ struct DecodeAttention<'s, 'o> {
     criterion: &'s dyn LocalityCriterion,
     accounting: &'s mut Accounting,
     layer_scratch: &'s mut LayerScratch,
-    decisions: &'s mut [Decision],
     observer: Option<&'o mut (dyn StepObserver + Send)>,
 }
 
@@ -575,7 +570,6 @@ impl Attend for DecodeAttention<'_, '_> {
             },
             self.layer_scratch,
             out,
-            self.decisions,
         )?;
         if !global {
             let len = head0.split().window.len();
@@ -591,7 +585,7 @@ impl Attend for DecodeAttention<'_, '_> {
         };
         self.accounting.record_layer_reads(
             l,
-            self.decisions,
+            self.layer_scratch.decisions(),
             self.layer_scratch.reads(),
             split.sink.len() + split.bulk.len() + split.window.len(),
             split.local_len(),
@@ -602,7 +596,7 @@ impl Attend for DecodeAttention<'_, '_> {
         );
         if let Some(obs) = self.observer.as_deref_mut() {
             let segs: Vec<KvSegments<'_>> = (0..c.n_kv_heads).map(|g| layer.segments(g)).collect();
-            obs.observe_layer(l, q, &segs, scale, self.decisions)?;
+            obs.observe_layer(l, q, &segs, scale, self.layer_scratch.decisions())?;
         }
         Ok(())
     }
