@@ -217,7 +217,9 @@ impl<C> Pages<C> {
     }
 }
 
-/// Score the pages for the group's long heads and fill `selection`.
+/// Score the pages for the group's long heads and fill `selection`: the long heads'
+/// queries as the rule reads them, the summaries' block products for all of them at once,
+/// then each head's pages, the cost, and the union of the heads' pages.
 fn select_pages(
     rule: PageRule,
     tau: Tau,
@@ -226,9 +228,7 @@ fn select_pages(
     pages: &PageBounds,
     selection: &mut PageSelection,
 ) -> Result<GroupRead> {
-    let d = pages.dim();
     let n_pages = pages.n_pages();
-    let scale = inputs[0].scale;
     let long: u64 = out
         .iter()
         .enumerate()
@@ -236,6 +236,40 @@ fn select_pages(
         .fold(0, |m, (j, _)| m | (1 << j));
     let n_long = long.count_ones() as usize;
     let s: &mut SelectScratch = &mut selection.scratch;
+    group_queries(rule, inputs, long, pages, s);
+    let scoring = Scoring {
+        rule,
+        tau,
+        pages,
+        by_channel: summary_products(rule, pages, inputs[0].scale, n_long, s)?,
+    };
+    s.chosen.clear();
+    s.chosen.resize(n_pages, 0);
+    for v in [&mut s.w_order, &mut s.w_mass, &mut s.w_lower] {
+        v.resize(n_pages, 0.0);
+    }
+    let long_heads = inputs
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| long & (1 << j) != 0);
+    for (k, (j, input)) in long_heads.enumerate() {
+        scoring.choose_for_head(input, out[j], j, k, s);
+    }
+    scoring.add_cost(&inputs[0], n_long, selection);
+    push_chosen(selection, out, long, n_pages)
+}
+
+/// The long heads' queries, contiguous, as the rule reads them: whole (and their magnitudes,
+/// and squares for the estimate); for the channel rule, the channels' part apart from the
+/// rest (and the rest's squares).
+fn group_queries(
+    rule: PageRule,
+    inputs: &[HeadInput<'_>],
+    long: u64,
+    pages: &PageBounds,
+    s: &mut SelectScratch,
+) {
+    let d = pages.dim();
     s.queries.clear();
     s.queries_abs.clear();
     s.queries2.clear();
@@ -271,12 +305,24 @@ fn select_pages(
             }
         }
     }
+}
+
+/// Block products of the long heads' queries with the page summaries, each summary row read
+/// once for all heads: the bound from centers and radii (`a`, `b`: all rules but the exact one
+/// and the channels'); the Gaussian estimate from means and variances (`c`, `e`: the estimate,
+/// and the channels' rest); and the channel rule's page masses from the copy by channel when
+/// the cache keeps one. Returns whether it did the last.
+fn summary_products(
+    rule: PageRule,
+    pages: &PageBounds,
+    scale: f32,
+    n_long: usize,
+    s: &mut SelectScratch,
+) -> Result<bool> {
+    let d = pages.dim();
     for v in [&mut s.a, &mut s.b, &mut s.c, &mut s.e] {
-        v.resize(n_long * n_pages, 0.0);
+        v.resize(n_long * pages.n_pages(), 0.0);
     }
-    // block products: each summary row read once for all long heads. The bound from centers
-    // and radii (all rules but the exact one and the channels'); the Gaussian estimate from
-    // means and variances (the estimate, and the channels' rest).
     if matches!(
         rule,
         PageRule::Estimate | PageRule::Certified | PageRule::TopK(_)
@@ -289,8 +335,7 @@ fn select_pages(
         let half_sq = 0.5 * scale * scale;
         f16::block_scores(&s.queries2, pages.variances(), d, half_sq, &mut s.e)?;
     }
-    // the channel rule's page masses of every long head at once, from the copy by channel
-    // when the cache keeps one (each chosen column read once for the group, page by page)
+    // each chosen column read once for the group, page by page
     let by_channel = matches!(rule, PageRule::Channels(_))
         && s.channel.len() <= MAX_COLUMNS
         && s.channel
@@ -299,22 +344,37 @@ fn select_pages(
     if by_channel {
         channel_masses(pages, d, scale, n_long, s)?;
     }
-    s.chosen.clear();
-    s.chosen.resize(n_pages, 0);
-    for v in [&mut s.w_order, &mut s.w_mass, &mut s.w_lower] {
-        v.resize(n_pages, 0.0);
-    }
-    // ln n_p: every page full but the last
-    let ln_full = (pages.page_size() as f32).ln();
-    let ln_last = (pages.page_len(n_pages - 1) as f32).ln();
-    let ln_n = |p: usize| if p + 1 == n_pages { ln_last } else { ln_full };
-    let mut k = 0;
-    for (j, input) in inputs.iter().enumerate() {
-        if long & (1 << j) == 0 {
-            continue;
-        }
+    Ok(by_channel)
+}
+
+/// What one group's page choice reads by: the rule, `tau`, the summaries, and whether the
+/// channel rule's masses came from the copy by channel.
+struct Scoring<'p> {
+    rule: PageRule,
+    tau: Tau,
+    pages: &'p PageBounds,
+    by_channel: bool,
+}
+
+impl Scoring<'_> {
+    /// The `k`-th long head's pages (bit `j` of the group): its page masses as the rule
+    /// estimates them, and the pages kept until what is left out is below `1 - tau`, marked
+    /// in `s.chosen`.
+    fn choose_for_head(
+        &self,
+        input: &HeadInput<'_>,
+        decision: Decision,
+        j: usize,
+        k: usize,
+        s: &mut SelectScratch,
+    ) {
+        let (pages, rule, tau) = (self.pages, self.rule, self.tau);
+        let n_pages = pages.n_pages();
+        // ln n_p: every page full but the last
+        let ln_full = (pages.page_size() as f32).ln();
+        let ln_last = (pages.page_len(n_pages - 1) as f32).ln();
+        let ln_n = |p: usize| if p + 1 == n_pages { ln_last } else { ln_full };
         let at = k * n_pages..(k + 1) * n_pages;
-        k += 1;
         let (a, b) = (&s.a[at.clone()], &s.b[at.clone()]);
         let log_local = lse(input.local_scores);
         let bit = 1u64 << j;
@@ -332,7 +392,7 @@ fn select_pages(
                 }
                 // the pages' estimates share out the gate's estimate of the whole bulk (QAdA's
                 // full covariance), so that the budget is that of the test the gate made
-                if let Some(log_bulk) = gate_log_bulk(out[j], log_local) {
+                if let Some(log_bulk) = gate_log_bulk(decision, log_local) {
                     let shift = (log_bulk - lse(mass)) as f32;
                     if shift.is_finite() {
                         mass.iter_mut().for_each(|m| *m += shift);
@@ -342,7 +402,7 @@ fn select_pages(
                 mark(&mut s.chosen, order, keep, bit);
             }
             PageRule::Certified => {
-                let slack = rounding_slack(input.query, d, scale);
+                let slack = rounding_slack(input.query, pages.dim(), input.scale);
                 let abs_max = pages.abs_maxima();
                 for p in 0..n_pages {
                     let widen = (slack * abs_max[p] as f64) as f32;
@@ -354,37 +414,20 @@ fn select_pages(
                 mark(&mut s.chosen, order, keep, bit);
             }
             PageRule::Exact | PageRule::Channels(_) => {
-                // every bulk key's score (exact, or from the group's channels, the rest of
-                // each page as its diagonal Gaussian), summed per page in the log domain
-                if by_channel {
-                    // every long head's masses, from the copy by channel, above
+                if self.by_channel {
+                    // every long head's masses, from the copy by channel
                     mass.copy_from_slice(&s.masses[at.clone()]);
                 } else {
-                    let t = input.bulk_len;
-                    s.scores.resize(t, 0.0);
+                    let d = pages.dim();
                     let q = if rule == PageRule::Exact {
                         input.query
                     } else {
-                        &s.queries_sparse[(k - 1) * d..k * d]
+                        &s.queries_sparse[k * d..(k + 1) * d]
                     };
-                    scores(q, input.bulk_keys, scale, &mut s.scores);
-                    // ln sum_{i in p} e^{s_i} = m + ln sum e^{s_i - m}, the exponentials in
-                    // place (vectorized; a NaN score makes the page's mass NaN, and every
-                    // page kept)
-                    for (m, page) in mass
-                        .iter_mut()
-                        .zip(s.scores[..t].chunks_mut(pages.page_size()))
-                    {
-                        let top = max_score(page, f32::NEG_INFINITY);
-                        *m = if top == f32::NEG_INFINITY {
-                            // max_score skips NaN: a page of NaN alone stays NaN
-                            page.iter().copied().find(|x| x.is_nan()).unwrap_or(top)
-                        } else {
-                            top + exp_in_place(page, top).ln()
-                        };
-                    }
+                    scored_page_masses(q, input, pages.page_size(), &mut s.scores, mass);
                 }
                 if rule != PageRule::Exact {
+                    // the rest of each page as its diagonal Gaussian
                     let (c, e) = (&s.c[at.clone()], &s.e[at]);
                     for (p, m) in mass.iter_mut().enumerate() {
                         *m += c[p] + e[p];
@@ -397,7 +440,7 @@ fn select_pages(
             PageRule::TopK(top) => {
                 if top >= n_pages {
                     s.chosen.iter_mut().for_each(|c| *c |= bit);
-                    continue;
+                    return;
                 }
                 for p in 0..n_pages {
                     // NaN first: never left out
@@ -415,31 +458,69 @@ fn select_pages(
             }
         }
     }
-    // bytes and FLOPs of the summary rows each page gives (f16, all long heads at once), and
-    // of the bulk keys the exact and channel rules score (row-major: whole rows are read)
-    let t = inputs[0].bulk_len;
-    let (rows, keys) = match rule {
-        PageRule::Estimate => (4, false),
-        PageRule::Certified | PageRule::TopK(_) => (2, false),
-        PageRule::Channels(_) => (2, true),
-        PageRule::Exact => (0, true),
-    };
-    let mut bytes = (rows * 2 * d * n_pages) as u64;
-    let mut flops = (rows * 2 * d * n_pages * n_long) as u64;
-    if by_channel {
-        // the chosen columns, f16
-        let r = selection.scratch.channel.len();
-        bytes += (2 * r * t) as u64;
-        flops += (2 * r * t * n_long) as u64;
-    } else if keys {
-        flops += (2 * d * t * n_long) as u64;
-        // as for the oracle's decision, the exact rule's keys are not counted: its bytes are
-        // those of the pages it chooses, what a free and perfect estimate would read
-        if rule != PageRule::Exact {
-            bytes += inputs[0].bulk_keys.bytes() as u64;
+
+    /// Bytes and FLOPs of the summary rows each page gives (f16, all long heads at once), and
+    /// of the bulk keys the exact and channel rules score (row-major: whole rows are read).
+    fn add_cost(&self, input: &HeadInput<'_>, n_long: usize, selection: &mut PageSelection) {
+        let (d, n_pages, t) = (self.pages.dim(), self.pages.n_pages(), input.bulk_len);
+        let (rows, keys) = match self.rule {
+            PageRule::Estimate => (4, false),
+            PageRule::Certified | PageRule::TopK(_) => (2, false),
+            PageRule::Channels(_) => (2, true),
+            PageRule::Exact => (0, true),
+        };
+        let mut bytes = (rows * 2 * d * n_pages) as u64;
+        let mut flops = (rows * 2 * d * n_pages * n_long) as u64;
+        if self.by_channel {
+            // the chosen columns, f16
+            let r = selection.scratch.channel.len();
+            bytes += (2 * r * t) as u64;
+            flops += (2 * r * t * n_long) as u64;
+        } else if keys {
+            flops += (2 * d * t * n_long) as u64;
+            // as for the oracle's decision, the exact rule's keys are not counted: its bytes
+            // are those of the pages it chooses, what a free and perfect estimate would read
+            if self.rule != PageRule::Exact {
+                bytes += input.bulk_keys.bytes() as u64;
+            }
         }
+        selection.add_cost(bytes, flops);
     }
-    selection.add_cost(bytes, flops);
+}
+
+/// `mass[p] = ln sum_{i in p} e^{s_i}` from every bulk key's score `s_i = scale q . k_i` (the
+/// whole query, or the channels' part), summed per page in the log domain:
+/// `m + ln sum e^{s_i - m}`, the exponentials in place (vectorized; a NaN score makes the
+/// page's mass NaN, and every page kept).
+fn scored_page_masses(
+    q: &[f32],
+    input: &HeadInput<'_>,
+    page_size: usize,
+    buf: &mut Vec<f32>,
+    mass: &mut [f32],
+) {
+    let t = input.bulk_len;
+    buf.resize(t, 0.0);
+    scores(q, input.bulk_keys, input.scale, buf);
+    for (m, page) in mass.iter_mut().zip(buf[..t].chunks_mut(page_size)) {
+        let top = max_score(page, f32::NEG_INFINITY);
+        *m = if top == f32::NEG_INFINITY {
+            // max_score skips NaN: a page of NaN alone stays NaN
+            page.iter().copied().find(|x| x.is_nan()).unwrap_or(top)
+        } else {
+            top + exp_in_place(page, top).ln()
+        };
+    }
+}
+
+/// The pages some long head chose, into `selection`; a long head that kept no page attends to
+/// its local window only. The group reads everything when every page is every long head's.
+fn push_chosen(
+    selection: &mut PageSelection,
+    out: &mut [Decision],
+    long: u64,
+    n_pages: usize,
+) -> Result<GroupRead> {
     let mut all = true;
     let mut reading = 0u64;
     for p in 0..n_pages {
@@ -448,7 +529,6 @@ fn select_pages(
         reading |= m;
         selection.push(p, m)?;
     }
-    // a long head that kept no page attends to its local window only
     for (j, o) in out.iter_mut().enumerate() {
         if long & (1 << j) != 0 && reading & (1 << j) == 0 {
             o.local = true;
