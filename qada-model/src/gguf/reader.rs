@@ -155,6 +155,177 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// Metadata pairs in file order.
+type Metadata = Vec<(String, Value)>;
+
+impl Cursor<'_> {
+    /// `n_kv` metadata pairs (key, type tag, value), each key once.
+    fn metadata(&mut self, n_kv: u64) -> Result<(Metadata, HashMap<String, usize>)> {
+        // a key/value pair takes at least 8 (key length) + 4 (type) + 1 bytes
+        if n_kv.saturating_mul(13) > self.remaining() {
+            return Err(ModelError::Invalid {
+                what: "metadata count".into(),
+                offset: 16,
+                reason: format!(
+                    "{n_kv} pairs cannot fit in the {} bytes that follow",
+                    self.remaining()
+                ),
+            });
+        }
+        let mut metadata = Vec::with_capacity(n_kv as usize);
+        let mut index = HashMap::new();
+        for i in 0..n_kv {
+            let key_at = self.pos as u64;
+            let key = self.string(&|| format!("key of metadata pair {i}"))?;
+            let what = || format!("metadata value of {key:?}");
+            let tag_at = self.pos as u64;
+            let tag = self.u32(&what)?;
+            let ty = ValueType::from_u32(tag).ok_or_else(|| ModelError::Invalid {
+                what: what(),
+                offset: tag_at,
+                reason: format!("unknown value type {tag}"),
+            })?;
+            let v = self.value(ty, 0, &what)?;
+            if index.insert(key.clone(), metadata.len()).is_some() {
+                return Err(ModelError::Invalid {
+                    what: format!("metadata key {key:?}"),
+                    offset: key_at,
+                    reason: "the key appears twice".into(),
+                });
+            }
+            metadata.push((key, v));
+        }
+        Ok((metadata, index))
+    }
+
+    /// `n_tensors` tensor infos, each name once.
+    fn tensor_infos(
+        &mut self,
+        n_tensors: u64,
+    ) -> Result<(Vec<TensorInfo>, HashMap<String, usize>)> {
+        // a tensor info takes at least 8 (name length) + 4 (dimensions) + 4 (type) + 8 (offset)
+        if n_tensors.saturating_mul(24) > self.remaining() {
+            return Err(ModelError::Invalid {
+                what: "tensor count".into(),
+                offset: 8,
+                reason: format!(
+                    "{n_tensors} tensor infos cannot fit in the {} bytes that follow",
+                    self.remaining()
+                ),
+            });
+        }
+        let mut tensors = Vec::with_capacity(n_tensors as usize);
+        let mut tensor_index = HashMap::new();
+        for i in 0..n_tensors {
+            let info_at = self.pos as u64;
+            let t = self.tensor_info(i)?;
+            if tensor_index.insert(t.name.clone(), tensors.len()).is_some() {
+                return Err(ModelError::Invalid {
+                    what: format!("tensor {:?}", t.name),
+                    offset: info_at,
+                    reason: "a tensor of that name appears twice".into(),
+                });
+            }
+            tensors.push(t);
+        }
+        Ok((tensors, tensor_index))
+    }
+
+    /// Tensor info `i`: name, dimensions, type and data offset; its size in whole blocks.
+    fn tensor_info(&mut self, i: u64) -> Result<TensorInfo> {
+        let info_at = self.pos as u64;
+        let name = self.string(&|| format!("name of tensor {i}"))?;
+        let what = || format!("tensor {name:?}");
+        let n_dims = self.u32(&what)?;
+        if n_dims == 0 || n_dims > MAX_DIMS {
+            return Err(ModelError::Invalid {
+                what: what(),
+                offset: self.pos as u64 - 4,
+                reason: format!("{n_dims} dimensions (1 to {MAX_DIMS} allowed)"),
+            });
+        }
+        let mut dims = Vec::with_capacity(n_dims as usize);
+        for _ in 0..n_dims {
+            dims.push(self.u64(&what)?);
+        }
+        let ty_at = self.pos as u64;
+        let ty = GgmlType::from_u32(self.u32(&what)?);
+        let offset = self.u64(&what)?;
+        let n_elements = dims
+            .iter()
+            .try_fold(1u64, |a, &d| a.checked_mul(d))
+            .filter(|&n| n <= i64::MAX as u64)
+            .ok_or_else(|| ModelError::Invalid {
+                what: what(),
+                offset: info_at,
+                reason: format!("dimensions {dims:?} overflow"),
+            })?;
+        if ty.block().is_none() {
+            return Err(ModelError::Invalid {
+                what: what(),
+                offset: ty_at,
+                reason: format!("{ty}"),
+            });
+        }
+        let n_bytes = ty
+            .bytes_for(n_elements)
+            .ok_or_else(|| ModelError::Invalid {
+                what: what(),
+                offset: info_at,
+                reason: format!("{n_elements} elements are not whole {ty} blocks"),
+            })?;
+        Ok(TensorInfo {
+            name,
+            dims,
+            ty,
+            offset,
+            n_elements,
+            n_bytes,
+        })
+    }
+}
+
+/// The data alignment: `general.alignment` (a power of two up to 2^20), 32 when absent.
+fn alignment(value: Option<&Value>) -> Result<u64> {
+    match value {
+        None => Ok(32),
+        Some(v) => match v.as_u64() {
+            Some(a) if a > 0 && a.is_power_of_two() && a <= 1 << 20 => Ok(a),
+            _ => Err(ModelError::BadMetadata {
+                key: "general.alignment".into(),
+                found: v.render(4),
+                reason: "must be a power of two up to 2^20 (the file is damaged)".into(),
+            }),
+        },
+    }
+}
+
+impl TensorInfo {
+    /// The tensor's data starts at an aligned offset and ends inside a file of `file_len` bytes.
+    fn check_data(&self, data_offset: u64, alignment: u64, file_len: u64) -> Result<()> {
+        if !self.offset.is_multiple_of(alignment) {
+            return Err(ModelError::Invalid {
+                what: format!("tensor {:?}", self.name),
+                offset: data_offset,
+                reason: format!(
+                    "data offset {} is not a multiple of the alignment {alignment}",
+                    self.offset
+                ),
+            });
+        }
+        let start = data_offset.checked_add(self.offset);
+        match start.and_then(|s| s.checked_add(self.n_bytes)) {
+            Some(end) if end <= file_len => Ok(()),
+            _ => Err(ModelError::Truncated {
+                what: format!("data of tensor {:?}", self.name),
+                offset: data_offset.saturating_add(self.offset),
+                needed: self.n_bytes,
+                available: file_len.saturating_sub(data_offset.saturating_add(self.offset)),
+            }),
+        }
+    }
+}
+
 impl GgufFile {
     /// Read and parse a file.
     pub fn open(path: &Path) -> Result<Self> {
@@ -165,7 +336,8 @@ impl GgufFile {
         Self::parse(bytes)
     }
 
-    /// Parse a whole file held in memory.
+    /// Parse a whole file held in memory: the header, the metadata pairs, the tensor infos,
+    /// then the alignment and every tensor's data checked to lie inside the file.
     pub fn parse(bytes: Vec<u8>) -> Result<Self> {
         let mut c = Cursor { b: &bytes, pos: 0 };
         if bytes.len() < 4 || &bytes[..4] != b"GGUF" {
@@ -179,149 +351,12 @@ impl GgufFile {
         }
         let n_tensors = c.u64(&|| "tensor count".into())?;
         let n_kv = c.u64(&|| "metadata count".into())?;
-        // a key/value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info 8 + 4 + 4 + 8
-        if n_kv.saturating_mul(13) > c.remaining() {
-            return Err(ModelError::Invalid {
-                what: "metadata count".into(),
-                offset: 16,
-                reason: format!(
-                    "{n_kv} pairs cannot fit in the {} bytes that follow",
-                    c.remaining()
-                ),
-            });
-        }
-        let mut metadata = Vec::with_capacity(n_kv as usize);
-        let mut index = HashMap::new();
-        for i in 0..n_kv {
-            let key_at = c.pos as u64;
-            let key = c.string(&|| format!("key of metadata pair {i}"))?;
-            let what = || format!("metadata value of {key:?}");
-            let tag_at = c.pos as u64;
-            let tag = c.u32(&what)?;
-            let ty = ValueType::from_u32(tag).ok_or_else(|| ModelError::Invalid {
-                what: what(),
-                offset: tag_at,
-                reason: format!("unknown value type {tag}"),
-            })?;
-            let v = c.value(ty, 0, &what)?;
-            if index.insert(key.clone(), metadata.len()).is_some() {
-                return Err(ModelError::Invalid {
-                    what: format!("metadata key {key:?}"),
-                    offset: key_at,
-                    reason: "the key appears twice".into(),
-                });
-            }
-            metadata.push((key, v));
-        }
-        if n_tensors.saturating_mul(24) > c.remaining() {
-            return Err(ModelError::Invalid {
-                what: "tensor count".into(),
-                offset: 8,
-                reason: format!(
-                    "{n_tensors} tensor infos cannot fit in the {} bytes that follow",
-                    c.remaining()
-                ),
-            });
-        }
-        let mut tensors = Vec::with_capacity(n_tensors as usize);
-        let mut tensor_index = HashMap::new();
-        for i in 0..n_tensors {
-            let info_at = c.pos as u64;
-            let name = c.string(&|| format!("name of tensor {i}"))?;
-            let what = || format!("tensor {name:?}");
-            let n_dims = c.u32(&what)?;
-            if n_dims == 0 || n_dims > MAX_DIMS {
-                return Err(ModelError::Invalid {
-                    what: what(),
-                    offset: c.pos as u64 - 4,
-                    reason: format!("{n_dims} dimensions (1 to {MAX_DIMS} allowed)"),
-                });
-            }
-            let mut dims = Vec::with_capacity(n_dims as usize);
-            for _ in 0..n_dims {
-                dims.push(c.u64(&what)?);
-            }
-            let ty_at = c.pos as u64;
-            let ty = GgmlType::from_u32(c.u32(&what)?);
-            let offset = c.u64(&what)?;
-            let n_elements = dims
-                .iter()
-                .try_fold(1u64, |a, &d| a.checked_mul(d))
-                .filter(|&n| n <= i64::MAX as u64)
-                .ok_or_else(|| ModelError::Invalid {
-                    what: what(),
-                    offset: info_at,
-                    reason: format!("dimensions {dims:?} overflow"),
-                })?;
-            if ty.block().is_none() {
-                return Err(ModelError::Invalid {
-                    what: what(),
-                    offset: ty_at,
-                    reason: format!("{ty}"),
-                });
-            }
-            let n_bytes = ty
-                .bytes_for(n_elements)
-                .ok_or_else(|| ModelError::Invalid {
-                    what: what(),
-                    offset: info_at,
-                    reason: format!("{n_elements} elements are not whole {ty} blocks"),
-                })?;
-            if tensor_index.insert(name.clone(), tensors.len()).is_some() {
-                return Err(ModelError::Invalid {
-                    what: what(),
-                    offset: info_at,
-                    reason: "a tensor of that name appears twice".into(),
-                });
-            }
-            tensors.push(TensorInfo {
-                name,
-                dims,
-                ty,
-                offset,
-                n_elements,
-                n_bytes,
-            });
-        }
-        let alignment = match index.get("general.alignment").map(|&i| &metadata[i].1) {
-            None => 32,
-            Some(v) => match v.as_u64() {
-                Some(a) if a > 0 && a.is_power_of_two() && a <= 1 << 20 => a,
-                _ => {
-                    return Err(ModelError::BadMetadata {
-                        key: "general.alignment".into(),
-                        found: v.render(4),
-                        reason: "must be a power of two up to 2^20 (the file is damaged)".into(),
-                    })
-                }
-            },
-        };
+        let (metadata, index) = c.metadata(n_kv)?;
+        let (tensors, tensor_index) = c.tensor_infos(n_tensors)?;
+        let alignment = alignment(index.get("general.alignment").map(|&i| &metadata[i].1))?;
         let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
-        let file_len = bytes.len() as u64;
         for t in &tensors {
-            if t.offset % alignment != 0 {
-                return Err(ModelError::Invalid {
-                    what: format!("tensor {:?}", t.name),
-                    offset: data_offset,
-                    reason: format!(
-                        "data offset {} is not a multiple of the alignment {alignment}",
-                        t.offset
-                    ),
-                });
-            }
-            let start = data_offset.checked_add(t.offset);
-            let end = start.and_then(|s| s.checked_add(t.n_bytes));
-            match end {
-                Some(end) if end <= file_len => {}
-                _ => {
-                    return Err(ModelError::Truncated {
-                        what: format!("data of tensor {:?}", t.name),
-                        offset: data_offset.saturating_add(t.offset),
-                        needed: t.n_bytes,
-                        available: file_len.saturating_sub(data_offset.saturating_add(t.offset)),
-                    })
-                }
-            }
+            t.check_data(data_offset, alignment, bytes.len() as u64)?;
         }
         Ok(GgufFile {
             version,
