@@ -96,8 +96,63 @@ fn byte_of(piece: &str) -> Option<u8> {
     u8::from_str_radix(hex, 16).ok()
 }
 
-/// The vocabulary of a `tokenizer.ggml.model = "llama"` file.
+/// The vocabulary of a `tokenizer.ggml.model = "llama"` file: its pieces, scores and types
+/// checked, merges derived from the scores (SentencePiece BPE), and the control, user-defined
+/// and byte tokens.
 pub(super) fn build(f: &GgufFile) -> Result<Vocabulary> {
+    check_no_dummy_prefix(f)?;
+    let pre = match f.get("tokenizer.ggml.pre") {
+        None => "default".to_string(),
+        Some(_) => f.get_str("tokenizer.ggml.pre")?.to_string(),
+    };
+    let Pieces {
+        pieces,
+        scores,
+        types,
+    } = Pieces::read(f)?;
+    let vocab = piece_ids(&pieces, &types)?;
+    let normal: Vec<bool> = types.iter().map(|&t| t == PieceType::Normal).collect();
+    let merges = merges::derive(&pieces, &scores, &normal, &vocab)?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(
+            pieces
+                .iter()
+                .enumerate()
+                .map(|(i, &p)| (p.to_string(), i as u32))
+                .collect::<tokenizers::models::bpe::Vocab>(),
+            merges,
+        )
+        .byte_fallback(true)
+        .build()
+        .map_err(err)?;
+
+    let Added {
+        specials,
+        user,
+        special,
+        token_bytes,
+    } = Added::of(&pieces, &types);
+
+    let mut inner = HfTokenizer::new(bpe);
+    inner.with_normalizer(Some(Replace::new(" ", SPACE).map_err(err)?));
+    inner.with_decoder(Some(Sequence::new(vec![
+        Replace::new(SPACE, " ").map_err(err)?.into(),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ])));
+    inner.add_special_tokens(&specials);
+    inner.add_tokens(&user);
+    Ok(Vocabulary {
+        inner,
+        token_bytes,
+        special,
+        pre,
+        byte_has_token: [true; 256],
+    })
+}
+
+/// Refuse a vocabulary that wants a dummy space prefix: this build encodes without one.
+fn check_no_dummy_prefix(f: &GgufFile) -> Result<()> {
     const PREFIX: &str = "tokenizer.ggml.add_space_prefix";
     let dummy_prefix = match f.get(PREFIX) {
         None => true,
@@ -119,60 +174,79 @@ pub(super) fn build(f: &GgufFile) -> Result<Vocabulary> {
              (Gemma 3's); guessing where the prefix goes would give wrong token ids",
         ));
     }
-    let pre = match f.get("tokenizer.ggml.pre") {
-        None => "default".to_string(),
-        Some(_) => f.get_str("tokenizer.ggml.pre")?.to_string(),
-    };
+    Ok(())
+}
 
-    let tokens = f.get_array("tokenizer.ggml.tokens")?;
-    let n = tokens.len();
-    let mut pieces = Vec::with_capacity(n);
-    for (i, t) in tokens.iter().enumerate() {
-        pieces.push(
-            t.as_str()
-                .ok_or_else(|| err(format!("token {i} is not a string")))?,
-        );
-    }
-    const SCORES: &str = "tokenizer.ggml.scores";
-    let mut scores = Vec::with_capacity(n);
-    for (i, v) in per_token(f, SCORES, n, "SentencePiece BPE ranks merges by score")?
-        .iter()
-        .enumerate()
-    {
-        match v.as_f64() {
-            Some(s) if !s.is_nan() => scores.push(s as f32),
-            _ => {
-                return Err(bad(
-                    SCORES,
-                    format!("element {i} = {}", v.render(4)),
-                    "every score must be a number",
-                ))
+/// The file's pieces with their scores and types, one each per token.
+struct Pieces<'f> {
+    pieces: Vec<&'f str>,
+    scores: Vec<f32>,
+    types: Vec<PieceType>,
+}
+
+impl<'f> Pieces<'f> {
+    fn read(f: &'f GgufFile) -> Result<Self> {
+        let tokens = f.get_array("tokenizer.ggml.tokens")?;
+        let n = tokens.len();
+        let mut pieces = Vec::with_capacity(n);
+        for (i, t) in tokens.iter().enumerate() {
+            pieces.push(
+                t.as_str()
+                    .ok_or_else(|| err(format!("token {i} is not a string")))?,
+            );
+        }
+        const SCORES: &str = "tokenizer.ggml.scores";
+        let mut scores = Vec::with_capacity(n);
+        for (i, v) in per_token(f, SCORES, n, "SentencePiece BPE ranks merges by score")?
+            .iter()
+            .enumerate()
+        {
+            match v.as_f64() {
+                Some(s) if !s.is_nan() => scores.push(s as f32),
+                _ => {
+                    return Err(bad(
+                        SCORES,
+                        format!("element {i} = {}", v.render(4)),
+                        "every score must be a number",
+                    ))
+                }
             }
         }
+        let mut types = Vec::with_capacity(n);
+        for (i, v) in per_token(
+            f,
+            TYPES,
+            n,
+            "control, user-defined and byte tokens need types",
+        )?
+        .iter()
+        .enumerate()
+        {
+            types.push(v.as_u64().and_then(PieceType::from_code).ok_or_else(|| {
+                bad(
+                    TYPES,
+                    format!("element {i} = {}", v.render(4)),
+                    "a type is 1 (normal) to 6 (byte)",
+                )
+            })?);
+        }
+        Ok(Pieces {
+            pieces,
+            scores,
+            types,
+        })
     }
-    const TYPES: &str = "tokenizer.ggml.token_type";
-    let mut types = Vec::with_capacity(n);
-    for (i, v) in per_token(
-        f,
-        TYPES,
-        n,
-        "control, user-defined and byte tokens need types",
-    )?
-    .iter()
-    .enumerate()
-    {
-        types.push(v.as_u64().and_then(PieceType::from_code).ok_or_else(|| {
-            bad(
-                TYPES,
-                format!("element {i} = {}", v.render(4)),
-                "a type is 1 (normal) to 6 (byte)",
-            )
-        })?);
-    }
+}
 
-    let mut vocab = HashMap::with_capacity(n);
+/// The metadata key of the token types.
+const TYPES: &str = "tokenizer.ggml.token_type";
+
+/// Each piece's id; every piece distinct, and all 256 byte tokens `<0xXX>` present (byte
+/// fallback needs them).
+fn piece_ids<'f>(pieces: &[&'f str], types: &[PieceType]) -> Result<HashMap<&'f str, u32>> {
+    let mut vocab = HashMap::with_capacity(pieces.len());
     let mut byte_token: [Option<u32>; 256] = [None; 256];
-    for (i, (&p, &ty)) in pieces.iter().zip(&types).enumerate() {
+    for (i, (&p, &ty)) in pieces.iter().zip(types).enumerate() {
         if let Some(j) = vocab.insert(p, i as u32) {
             return Err(bad(
                 "tokenizer.ggml.tokens",
@@ -208,56 +282,43 @@ pub(super) fn build(f: &GgufFile) -> Result<Vocabulary> {
             ));
         }
     }
+    Ok(vocab)
+}
 
-    let normal: Vec<bool> = types.iter().map(|&t| t == PieceType::Normal).collect();
-    let merges = merges::derive(&pieces, &scores, &normal, &vocab)?;
-    let bpe = BPE::builder()
-        .vocab_and_merges(
-            pieces
-                .iter()
-                .enumerate()
-                .map(|(i, &p)| (p.to_string(), i as u32))
-                .collect::<tokenizers::models::bpe::Vocab>(),
-            merges,
-        )
-        .byte_fallback(true)
-        .build()
-        .map_err(err)?;
+/// The tokens added beside BPE: control (special) and user-defined pieces; and every token's
+/// bytes when decoded.
+struct Added {
+    specials: Vec<AddedToken>,
+    user: Vec<AddedToken>,
+    special: Vec<bool>,
+    token_bytes: Vec<Vec<u8>>,
+}
 
-    let mut specials = Vec::new();
-    let mut user = Vec::new();
-    let mut special = vec![false; n];
-    let mut token_bytes = Vec::with_capacity(n);
-    for (i, (&p, &ty)) in pieces.iter().zip(&types).enumerate() {
-        token_bytes.push(match ty {
-            PieceType::Control | PieceType::Unknown => {
-                special[i] = true;
-                specials.push(AddedToken::from(p, true).normalized(false));
-                p.as_bytes().to_vec()
-            }
-            PieceType::UserDefined => {
-                user.push(AddedToken::from(p, false).normalized(false));
-                p.as_bytes().to_vec()
-            }
-            PieceType::Byte => vec![byte_of(p).expect("checked above")],
-            PieceType::Normal | PieceType::Unused => p.replace(SPACE, " ").into_bytes(),
-        });
+impl Added {
+    /// Of pieces whose byte tokens [`piece_ids`] checked.
+    fn of(pieces: &[&str], types: &[PieceType]) -> Self {
+        let n = pieces.len();
+        let mut a = Added {
+            specials: Vec::new(),
+            user: Vec::new(),
+            special: vec![false; n],
+            token_bytes: Vec::with_capacity(n),
+        };
+        for (i, (&p, &ty)) in pieces.iter().zip(types).enumerate() {
+            a.token_bytes.push(match ty {
+                PieceType::Control | PieceType::Unknown => {
+                    a.special[i] = true;
+                    a.specials.push(AddedToken::from(p, true).normalized(false));
+                    p.as_bytes().to_vec()
+                }
+                PieceType::UserDefined => {
+                    a.user.push(AddedToken::from(p, false).normalized(false));
+                    p.as_bytes().to_vec()
+                }
+                PieceType::Byte => vec![byte_of(p).expect("checked by piece_ids")],
+                PieceType::Normal | PieceType::Unused => p.replace(SPACE, " ").into_bytes(),
+            });
+        }
+        a
     }
-
-    let mut inner = HfTokenizer::new(bpe);
-    inner.with_normalizer(Some(Replace::new(" ", SPACE).map_err(err)?));
-    inner.with_decoder(Some(Sequence::new(vec![
-        Replace::new(SPACE, " ").map_err(err)?.into(),
-        ByteFallback::new().into(),
-        Fuse::new().into(),
-    ])));
-    inner.add_special_tokens(&specials);
-    inner.add_tokens(&user);
-    Ok(Vocabulary {
-        inner,
-        token_bytes,
-        special,
-        pre,
-        byte_has_token: [true; 256],
-    })
 }
