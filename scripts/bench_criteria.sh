@@ -2,8 +2,8 @@
 # Decode speed of every criterion at its own calibrated threshold: for each method of a setting
 # file's `per_method` list (the cheapest threshold at which that method kept the budget in
 # `qada calibrate tau`), `qada bench` at one depth with the oracle's ceiling and the decision's
-# cost, as the markdown table of docs/RESULTS.md, then the CPU `qada bench` names (outside CI;
-# nothing else may run meanwhile).
+# cost, as the markdown table of docs/notebook/results-log.md, then the CPU `qada bench` names
+# (outside CI; nothing else may run meanwhile).
 #
 #   bash scripts/bench_criteria.sh MODEL SETTING DEPTH
 #     MODEL    smollm2-135m | qwen2.5-0.5b | gemma3-270m | qwen2.5-1.5b

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One model's prefill and decode at given depths, qada against llama.cpp, one run after the
-# other on this machine, as the markdown table of docs/RESULTS.md (outside CI; nothing else may
+# other on this machine, as the markdown tables of docs/notebook/results-log.md (outside CI; nothing else may
 # run meanwhile: llama.cpp's spinning threads collapse when a core is taken).
 #
 #   bash scripts/bench_table.sh MODEL DEPTHS [KV ...]
