@@ -2,8 +2,9 @@
 //!
 //! Each struct is one block exactly as llama.cpp's `ggml-common.h` lays it out: `#[repr(C)]`,
 //! fields of bytes only (an f16 is its two little-endian bytes), so the alignment is 1, there
-//! is no padding and every byte pattern is a valid block. [`view`] therefore turns a row of
-//! bytes into `&[Block]` with one length check and no copy.
+//! is no padding and every byte pattern is a valid block: `bytemuck::Pod`, derived (the derive
+//! checks the layout). [`view`] therefore turns a row of bytes into `&[Block]` with one length
+//! check and no copy.
 
 use super::GgmlType;
 
@@ -21,8 +22,8 @@ mod sealed {
 }
 
 /// A ggml block layout: the blocks of this crate only (the trait is sealed), each of alignment 1
-/// with every byte pattern valid, which [`view`] relies on.
-pub trait QuantBlock: sealed::Sealed + Sized + Copy {
+/// with every byte pattern valid (`Pod`), which [`view`] relies on.
+pub trait QuantBlock: sealed::Sealed + bytemuck::Pod {
     /// The ggml type of this layout.
     const TYPE: GgmlType;
     /// Values per block.
@@ -45,7 +46,7 @@ macro_rules! layout {
 
 /// Q4_0: 32 values `(q - 8) d`; value `j < 16` in the low nibble of `qs[j]`, value `16 + j` in
 /// its high nibble.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 pub struct BlockQ4_0 {
     /// Scale.
@@ -56,7 +57,7 @@ pub struct BlockQ4_0 {
 layout!(BlockQ4_0, GgmlType::Q4_0, 32, 18);
 
 /// Q4_1: 32 values `q d + m`, nibbles as [`BlockQ4_0`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 pub struct BlockQ4_1 {
     /// Scale.
@@ -70,7 +71,7 @@ layout!(BlockQ4_1, GgmlType::Q4_1, 32, 20);
 
 /// Q5_0: 32 values `(q - 16) d`; the low 4 bits as [`BlockQ4_0`], bit `j` of `qh` the fifth
 /// bit of value `j`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 pub struct BlockQ5_0 {
     /// Scale.
@@ -83,7 +84,7 @@ pub struct BlockQ5_0 {
 layout!(BlockQ5_0, GgmlType::Q5_0, 32, 22);
 
 /// Q5_1: 32 values `q d + m`, bits as [`BlockQ5_0`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 pub struct BlockQ5_1 {
     /// Scale.
@@ -98,7 +99,7 @@ pub struct BlockQ5_1 {
 layout!(BlockQ5_1, GgmlType::Q5_1, 32, 24);
 
 /// Q8_0: 32 values `q d`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 pub struct BlockQ8_0 {
     /// Scale.
@@ -110,7 +111,7 @@ layout!(BlockQ8_0, GgmlType::Q8_0, 32, 34);
 
 /// Q4_K: 256 values in 8 sub-blocks of 32, value `d sc q - dmin m` with a 6-bit scale and min
 /// per sub-block packed in `scales`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 pub struct BlockQ4K {
     /// Super-block scale of the scales.
@@ -125,7 +126,7 @@ pub struct BlockQ4K {
 layout!(BlockQ4K, GgmlType::Q4_K, 256, 144);
 
 /// Q5_K: as [`BlockQ4K`] with a fifth bit per value in `qh`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 pub struct BlockQ5K {
     /// Super-block scale of the scales.
@@ -142,7 +143,7 @@ pub struct BlockQ5K {
 layout!(BlockQ5K, GgmlType::Q5_K, 256, 176);
 
 /// Q6_K: 256 values `d sc (q - 32)`, an 8-bit scale per 16 values.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C)]
 pub struct BlockQ6K {
     /// Low 4 bits of the quants.
@@ -159,16 +160,8 @@ layout!(BlockQ6K, GgmlType::Q6_K, 256, 210);
 /// `bytes` as whole blocks of `B`, `None` when its length is not a multiple of the block size.
 #[inline]
 pub fn view<B: QuantBlock>(bytes: &[u8]) -> Option<&[B]> {
-    let size = std::mem::size_of::<B>();
-    if !bytes.len().is_multiple_of(size) {
-        return None;
-    }
-    // SAFETY: every `QuantBlock` is one of the sealed layouts above: `#[repr(C)]` of byte
-    // arrays, alignment 1 (asserted at compile time), no padding and no invalid byte pattern,
-    // so any byte address is aligned for `B` and any bytes are a valid `B`; the length is
-    // `bytes.len() / size` whole blocks, all inside `bytes`, borrowed for the same lifetime
-    // and immutable as `bytes` is.
-    Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<B>(), bytes.len() / size) })
+    // alignment 1: the cast fails only on a length that is not whole blocks
+    bytemuck::try_cast_slice(bytes).ok()
 }
 
 #[cfg(test)]
