@@ -227,11 +227,11 @@ pub struct CriterionArgs {
     #[arg(long, default_value_t = 32)]
     pub page: usize,
     /// quest: bulk tokens each head reads (whole pages of its largest bounds).
-    #[arg(long, default_value_t = qada_core::criteria::by_name::DEFAULT_QUEST_TOKENS)]
+    #[arg(long, default_value_t = qada_core::DEFAULT_QUEST_TOKENS)]
     pub quest_tokens: usize,
     /// channels: key channels every bulk key is scored with (those of largest
     /// |q_j| max |k_j| over the group's long heads).
-    #[arg(long, default_value_t = qada_core::criteria::by_name::DEFAULT_CHANNELS)]
+    #[arg(long, default_value_t = qada_core::DEFAULT_CHANNELS)]
     pub channels: usize,
     /// mixture: clusters of the bulk keys (k-means at the end of prefill).
     #[arg(long, default_value_t = 4)]

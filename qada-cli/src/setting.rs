@@ -76,7 +76,7 @@ fn default_min_saving() -> f64 {
 }
 
 fn default_channels() -> usize {
-    qada_core::criteria::by_name::DEFAULT_CHANNELS
+    qada_core::DEFAULT_CHANNELS
 }
 
 /// One method's cheapest threshold within the budget.

@@ -9,9 +9,10 @@
 //!   ([`LocalityCriterion::bulk_summaries`]): [`Bound`] (an upper bound of the bulk mass from
 //!   page bounds: never local where the oracle says long), [`Mixture`] (QAdA over `k` key
 //!   clusters) and [`Hybrid`] (QAdA, its close local calls checked by the bound).
-//! - [`attention`]: dense, local and merged softmax attention over borrowed key/value slices.
-//! - [`adaptive`]: one decoding step of a whole layer: local scores once, decide, then local or
-//!   dense attention per head, reusing the local scores.
+//! - [`dense_attention`] and [`local_attention`]: softmax attention over borrowed key/value
+//!   slices, the reference the adaptive step is tested against.
+//! - [`attend_layer`]: one decoding step of a whole layer: local scores once, decide, then
+//!   local, selected or dense attention per head, reusing the local scores.
 //! - [`Accounting`]: decisions, sparsity, attention FLOPs and K/V bytes against dense.
 //!
 //! - [`decide_query`] and [`compare_query`]: one query head given as `ndarray` views (query,
@@ -56,22 +57,24 @@
 
 #![warn(missing_docs)]
 
-pub mod accounting;
-pub mod adaptive;
+mod accounting;
+mod adaptive;
 pub mod analysis;
+// The kernels qada-model runs: public for it, not part of the API (see the module's doc).
+#[doc(hidden)]
 pub mod attention;
-pub mod criteria;
+mod criteria;
 mod criterion;
 mod error;
-pub mod group;
-pub mod lse;
+mod group;
+mod lse;
 pub mod metrics;
-pub mod query;
-pub mod selection;
+mod query;
+mod selection;
 
 pub use accounting::{Accounting, DecisionCost, HeadCounts};
 pub use adaptive::{attend_layer, LayerKv, LayerScratch};
-pub use attention::KvSegments;
+pub use attention::{dense_attention, local_attention, KvSegments, ScoreMap};
 pub use criteria::{
     approx::Approx,
     bound::Bound,
@@ -85,9 +88,17 @@ pub use criteria::{
     static_heads::{Static, StaticCalibrator, StaticTable},
     window::Window,
 };
+pub use criteria::{
+    bound::DEFAULT_PAGE,
+    by_name::{DEFAULT_CHANNELS, DEFAULT_QUEST_TOKENS},
+    hybrid::DEFAULT_MARGIN,
+    mixture::DEFAULT_CLUSTERS,
+    pages::DEFAULT_SELECT_PAGE,
+};
 pub use criterion::{Decision, HeadInput, LocalityCriterion, Tau};
 pub use error::{CoreError, Result};
 pub use group::{GroupMode, Grouped};
+pub use lse::lse;
 pub use query::{
     compare_query, decide_query, Bulk, BulkSummaryData, Comparison, HeadQuery, PreparedQuery,
 };

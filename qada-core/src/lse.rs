@@ -21,26 +21,6 @@ pub fn lse(scores: &[f32]) -> f64 {
     m as f64 + sum.ln()
 }
 
-/// [`lse`] over the concatenation of several slices.
-pub fn lse_many(parts: &[&[f32]]) -> f64 {
-    lse_iter(parts.iter().flat_map(|p| p.iter().map(|&s| s as f64)))
-}
-
-fn lse_iter<I: Iterator<Item = f64> + Clone>(it: I) -> f64 {
-    let mut m = f64::NEG_INFINITY;
-    for s in it.clone() {
-        if s.is_nan() {
-            return f64::NAN;
-        }
-        m = m.max(s);
-    }
-    if m.is_infinite() {
-        return m;
-    }
-    let sum: f64 = it.map(|s| (s - m).exp()).sum();
-    m + sum.ln()
-}
-
 /// `ln(exp(a) + exp(b))`.
 pub fn lse2(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {

@@ -3,11 +3,11 @@
 
 use ndarray::Array2;
 use proptest::prelude::*;
-use qada_core::criteria::{bound::DEFAULT_PAGE, hybrid::DEFAULT_MARGIN, mixture::DEFAULT_CLUSTERS};
 use qada_core::{
     decide_query, Approx, Bound, Bulk, CoreError, Decision, HeadInput, HeadQuery, Hybrid,
     LocalityCriterion, Mixture, Oracle, PreparedQuery,
 };
+use qada_core::{DEFAULT_CLUSTERS, DEFAULT_MARGIN, DEFAULT_PAGE};
 use qada_stats::{f16, ClusterMoments, KeyMoments, PageBounds, Q8Block, Rows};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

@@ -125,11 +125,11 @@ impl PyGeneration {
 /// Defaults of the criterion parameters, for the signatures.
 const P: CriterionParams = CriterionParams {
     tau: 0.6,
-    page: qada_core::criteria::bound::DEFAULT_PAGE,
-    clusters: qada_core::criteria::mixture::DEFAULT_CLUSTERS,
-    margin: qada_core::criteria::hybrid::DEFAULT_MARGIN,
-    quest_tokens: qada_core::criteria::by_name::DEFAULT_QUEST_TOKENS,
-    channels: qada_core::criteria::by_name::DEFAULT_CHANNELS,
+    page: qada_core::DEFAULT_PAGE,
+    clusters: qada_core::DEFAULT_CLUSTERS,
+    margin: qada_core::DEFAULT_MARGIN,
+    quest_tokens: qada_core::DEFAULT_QUEST_TOKENS,
+    channels: qada_core::DEFAULT_CHANNELS,
 };
 
 #[pymethods]

@@ -32,8 +32,8 @@ impl Decoding<'_> {
             page: self.page,
             clusters: self.clusters,
             margin: self.margin,
-            quest_tokens: qada_core::criteria::by_name::DEFAULT_QUEST_TOKENS,
-            channels: qada_core::criteria::by_name::DEFAULT_CHANNELS,
+            quest_tokens: qada_core::DEFAULT_QUEST_TOKENS,
+            channels: qada_core::DEFAULT_CHANNELS,
         };
         let c = by_name(self.criterion, &params).map_err(|e| arg_err("criterion", e))?;
         let mode: GroupMode = self.group.parse().map_err(|e| arg_err("group", e))?;

@@ -30,10 +30,7 @@ use crate::corpus::{Corpus, Part, SPLIT_YEAR};
 use crate::setting::{Evidence, MethodBest, ModelId, Setting, FORMAT};
 use statrs::distribution::{ContinuousCDF, Normal};
 
-use qada_core::criteria::{
-    bound::DEFAULT_PAGE, by_name::DEFAULT_CHANNELS, hybrid::DEFAULT_MARGIN,
-    mixture::DEFAULT_CLUSTERS,
-};
+use qada_core::{DEFAULT_CHANNELS, DEFAULT_CLUSTERS, DEFAULT_MARGIN, DEFAULT_PAGE};
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -1,5 +1,9 @@
 //! Softmax attention for one head over borrowed key/value slices, and the kernels beneath it.
 //!
+//! Public for qada-model, which runs these kernels, and hidden from the documentation: not
+//! part of the API. A user's entry points are re-exported at the crate root
+//! (`dense_attention`, `local_attention`, `KvSegments`, `ScoreMap`).
+//!
 //! `o = softmax(s) V` with `s_i = scale * q . k_i` (soft-capped on Gemma 2). One idea per
 //! module:
 //! - [`ScoreMap`] (`score_map`): scale and soft cap of the scores;

@@ -4,13 +4,13 @@
 
 use std::sync::Arc;
 
-use qada_core::criteria::by_name::DEFAULT_CHANNELS;
-use qada_core::criteria::pages::DEFAULT_SELECT_PAGE;
-use qada_core::criteria::{bound::DEFAULT_PAGE, hybrid::DEFAULT_MARGIN, mixture::DEFAULT_CLUSTERS};
+use qada_core::DEFAULT_CHANNELS;
+use qada_core::DEFAULT_SELECT_PAGE;
 use qada_core::{
     Approx, Bound, Dense, GroupMode, Grouped, Hybrid, LocalityCriterion, Mixture, Oracle, PageRule,
     Pages, Static, StaticTable, Window,
 };
+use qada_core::{DEFAULT_CLUSTERS, DEFAULT_MARGIN, DEFAULT_PAGE};
 use qada_kv::MomentsMode;
 use qada_model::{Session, SessionCheckpoint};
 use qada_stats::MomentTable;
