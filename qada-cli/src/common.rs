@@ -100,14 +100,14 @@ pub fn load_model(a: &ModelArgs, default: ActPrecision) -> CliResult<Model> {
     };
     let mut model = Model::load(&path, &opts).map_err(|e| format!("{}: {e}", path.display()))?;
     if let Some(n) = a.ctx {
-        let file = model.config.context_length;
+        let file = model.config().context_length;
         if n == 0 || n > file {
             return fail(format!(
                 "--ctx {n}: must be in 1..={file} (the context length {} was trained for)",
                 path.display()
             ));
         }
-        model.config.context_length = n;
+        model.limit_context(n).map_err(|e| e.to_string())?;
     }
     Ok(model)
 }
@@ -163,7 +163,7 @@ impl PromptArgs {
     /// Token ids of the prompt, wrapped in the chat template unless --raw.
     pub fn tokens(&self, model: &Model) -> CliResult<Vec<u32>> {
         let text = self.text()?;
-        let tok = &model.tokenizer;
+        let tok = &model.tokenizer();
         let wrapped = if self.raw {
             text
         } else {
@@ -295,11 +295,11 @@ pub enum Fallback {
 
 /// Refuse a per-head table (at `path`) made for another number of query heads per layer.
 fn check_heads(path: &Path, n_heads: usize, model: &Model) -> CliResult<()> {
-    if n_heads != model.config.n_heads {
+    if n_heads != model.config().n_heads {
         return fail(format!(
             "{}: made for {n_heads} heads per layer, the model has {}",
             path.display(),
-            model.config.n_heads
+            model.config().n_heads
         ));
     }
     Ok(())
@@ -408,7 +408,7 @@ impl CriterionArgs {
     pub fn criterion(&self, model: &Model) -> CliResult<Box<dyn LocalityCriterion>> {
         let mode: GroupMode = self.group.parse().map_err(|e| format!("--group: {e}"))?;
         let mut c = self.head_criterion(model)?;
-        let ctx = model.config.context_length;
+        let ctx = model.config().context_length;
         if c.bulk_summaries().page.is_some_and(|page| page > ctx) {
             return fail(format!(
                 "--page {}: a page holds at most the context length of {ctx} keys; use a page \

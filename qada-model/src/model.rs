@@ -44,23 +44,23 @@ pub struct Block {
 /// A loaded model: configuration, tokenizer and weights.
 pub struct Model {
     /// Hyper-parameters from the file.
-    pub config: ModelConfig,
+    pub(crate) config: ModelConfig,
     /// The file's tokenizer.
-    pub tokenizer: Tokenizer,
+    pub(crate) tokenizer: Tokenizer,
     /// `vocab x n_embd` token embeddings (rows looked up, and the output head when tied).
-    pub embedding: QLinear,
+    pub(crate) embedding: QLinear,
     /// Transformer blocks.
-    pub blocks: Vec<Block>,
+    pub(crate) blocks: Vec<Block>,
     /// Final RMSNorm.
-    pub output_norm: Vec<f32>,
+    pub(crate) output_norm: Vec<f32>,
     /// Output head; `None` when tied to the embedding.
-    pub output: Option<QLinear>,
+    pub(crate) output: Option<QLinear>,
     /// RoPE base of the global layers in use (the file's, or an override).
-    pub rope_base: f64,
+    pub(crate) rope_base: f64,
     /// The RoPE of every kind of layer.
-    pub ropes: RopeSet,
+    pub(crate) ropes: RopeSet,
     /// How activations enter quantized products.
-    pub activations: crate::qlinear::ActPrecision,
+    pub(crate) activations: crate::qlinear::ActPrecision,
 }
 
 /// How weight matrices are kept in memory.
@@ -352,6 +352,49 @@ impl Model {
             ropes,
             activations: opts.activations,
         })
+    }
+
+    /// Hyper-parameters from the file.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Run with a context of `n` positions, at most the `n_ctx` the file was trained for.
+    pub fn limit_context(&mut self, n: usize) -> Result<()> {
+        let file = self.config.context_length;
+        if n == 0 || n > file {
+            return Err(ModelError::Input(format!(
+                "a context of {n} positions: must be in 1..={file}, the context the file was \
+                 trained for"
+            )));
+        }
+        self.config.context_length = n;
+        Ok(())
+    }
+
+    /// The file's tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// How activations enter quantized products.
+    pub fn activations(&self) -> crate::qlinear::ActPrecision {
+        self.activations
+    }
+
+    /// The final RMSNorm's weights (applied to the last layer's output before the head).
+    pub fn output_norm(&self) -> &[f32] {
+        &self.output_norm
+    }
+
+    /// Whether the output head is the token embedding (tied), as Gemma's is.
+    pub fn ties_output(&self) -> bool {
+        self.output.is_none()
+    }
+
+    /// RoPE base of the global layers in use (the file's, or an override).
+    pub fn rope_base(&self) -> f64 {
+        self.rope_base
     }
 
     /// RoPE of layer `l` in a session of `context` positions (`None` on a NoPE layer).

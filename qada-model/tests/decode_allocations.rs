@@ -155,7 +155,7 @@ fn decoding_steps_allocate_nothing_once_warm() {
         let model = Model::load(&path, &LoadOptions::default()).unwrap();
         let text =
             "The quick brown fox jumps over the lazy dog while the band plays on. ".repeat(90);
-        let mut prompt = model.tokenizer.encode(&text).unwrap();
+        let mut prompt = model.tokenizer().encode(&text).unwrap();
         // 4 + 32 window positions: after 4 warm steps the bulk is 1012 or 1016 rows, and the
         // 24 counted steps take it past 1024, the second chunk boundary
         assert!(prompt.len() > 1100, "prompt of {} tokens", prompt.len());

@@ -47,7 +47,7 @@ fn needle_text(key: u32) -> String {
 
 #[test]
 fn the_needle_sits_at_the_requested_depth_at_a_sentence_start() {
-    let tok = &model().tokenizer;
+    let tok = &model().tokenizer();
     let task = PasskeyTask::new(tok).unwrap();
     let hay = tok.encode(&haystack(400)).unwrap();
     for len in [200, 600, 1500] {
@@ -84,7 +84,7 @@ fn the_needle_sits_at_the_requested_depth_at_a_sentence_start() {
 
 #[test]
 fn the_expected_answer_is_derivable_from_the_prompt_alone() {
-    let tok = &model().tokenizer;
+    let tok = &model().tokenizer();
     let task = PasskeyTask::new(tok).unwrap();
     let prompts = task
         .trials(&haystack(300), &[300, 900], &[0.2, 0.8], 11)
@@ -109,7 +109,7 @@ fn the_expected_answer_is_derivable_from_the_prompt_alone() {
 
 #[test]
 fn the_same_seed_gives_the_same_prompts_and_another_seed_other_keys() {
-    let tok = &model().tokenizer;
+    let tok = &model().tokenizer();
     let task = PasskeyTask::new(tok).unwrap();
     let hay = haystack(200);
     let (lengths, depths) = ([256, 512], [0.1, 0.5, 0.9]);
@@ -128,7 +128,7 @@ fn the_same_seed_gives_the_same_prompts_and_another_seed_other_keys() {
 
 #[test]
 fn prompts_that_cannot_be_built_are_input_errors() {
-    let tok = &model().tokenizer;
+    let tok = &model().tokenizer();
     let task = PasskeyTask::new(tok).unwrap();
     let hay = tok.encode(&haystack(50)).unwrap();
     let short = task.prompt(&hay, 60, 0.5, 12_345);
@@ -142,7 +142,7 @@ fn prompts_that_cannot_be_built_are_input_errors() {
 #[test]
 fn dense_decoding_finds_a_passkey_in_a_short_prompt() {
     let m = model();
-    let task = PasskeyTask::new(&m.tokenizer).unwrap();
+    let task = PasskeyTask::new(&m.tokenizer()).unwrap();
     let prompt = &task.trials(&haystack(100), &[400], &[0.5], 3).unwrap()[0];
     let mut session = Session::new(
         m,
@@ -164,7 +164,7 @@ fn dense_decoding_finds_a_passkey_in_a_short_prompt() {
 }
 
 fn text_ids(n: usize) -> Vec<u32> {
-    let ids = model().tokenizer.encode(&haystack(n / 8)).unwrap();
+    let ids = model().tokenizer().encode(&haystack(n / 8)).unwrap();
     assert!(ids.len() > n, "{} tokens", ids.len());
     ids
 }

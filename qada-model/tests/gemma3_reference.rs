@@ -44,7 +44,7 @@ fn model() -> &'static Model {
 #[test]
 fn hyper_parameters_are_read_from_the_file_and_the_published_configuration() {
     let m = model();
-    let c = &m.config;
+    let c = &m.config();
     let a = &reference()["arch"];
     assert_eq!(c.family.name, "gemma3");
     let want = |k: &str| a[k].as_u64().unwrap() as usize;
@@ -81,7 +81,7 @@ fn hyper_parameters_are_read_from_the_file_and_the_published_configuration() {
         a["attention_scale"].as_f64().unwrap() as f32
     );
     assert_eq!(c.embedding_scale, a["embed_scale"].as_f64().unwrap() as f32);
-    assert!(m.output.is_none(), "Gemma 3 ties its output head");
+    assert!(m.ties_output(), "Gemma 3 ties its output head");
 }
 
 #[test]
@@ -114,7 +114,7 @@ fn a_long_prompt_gives_the_same_logits_prefilled_or_decoded() {
     // a speech of the evaluation half (1900 on), as `qada eval` reads them
     let files = common::held_out_speeches();
     let text = std::fs::read_to_string(&files[0]).unwrap();
-    let mut tokens = m.tokenizer.encode(&text).unwrap();
+    let mut tokens = m.tokenizer().encode(&text).unwrap();
     tokens.truncate(1200);
     assert_eq!(tokens.len(), 1200);
     let mut once = common::dense_session(m);
@@ -131,10 +131,10 @@ fn a_long_prompt_gives_the_same_logits_prefilled_or_decoded() {
     assert_eq!(common::argmax(&a), common::argmax(&b));
     for s in [&once, &stepped] {
         let cache = s.cache();
-        for l in 0..m.config.n_layers {
+        for l in 0..m.config().n_layers {
             let v = cache.head(l, 0).unwrap();
             let kept = v.len() - v.first_position();
-            match m.config.layers[l].span {
+            match m.config().layers[l].span {
                 LayerSpan::Sliding(w) => assert!(kept <= 2 * w, "layer {l}: {kept} rows kept"),
                 LayerSpan::Full => assert_eq!(kept, 1200),
             }

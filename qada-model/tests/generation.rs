@@ -44,7 +44,7 @@ fn cfg(n: usize, seed: u64) -> GenerateConfig {
 #[test]
 fn the_same_seed_gives_the_same_tokens_and_another_seed_other_tokens() {
     let prompt = model()
-        .tokenizer
+        .tokenizer()
         .encode("Once upon a time, in a small village by the sea,")
         .unwrap();
     let run = |seed| {
@@ -66,7 +66,7 @@ fn the_same_seed_gives_the_same_tokens_and_another_seed_other_tokens() {
 #[test]
 fn generation_stops_at_the_context_limit() {
     let prompt = model()
-        .tokenizer
+        .tokenizer()
         .encode("The capital of France is")
         .unwrap();
     let capacity = prompt.len() + 10;
@@ -96,7 +96,7 @@ fn generation_stops_at_the_context_limit() {
 
 #[test]
 fn a_prompt_of_only_special_tokens_generates() {
-    let prompt = model().tokenizer.encode("<|im_start|><|im_end|>").unwrap();
+    let prompt = model().tokenizer().encode("<|im_start|><|im_end|>").unwrap();
     assert_eq!(prompt, vec![1, 2]);
     let g = generate(
         &mut session(None),
@@ -112,7 +112,7 @@ fn a_prompt_of_only_special_tokens_generates() {
 #[test]
 fn on_text_can_interrupt_generation_after_the_token_it_saw() {
     let prompt = model()
-        .tokenizer
+        .tokenizer()
         .encode("Once upon a time, in a small village by the sea,")
         .unwrap();
     let mut calls = 0;
@@ -150,7 +150,7 @@ fn a_prompt_run_in_parts_of_whole_blocks_gives_the_logits_of_one_prefill() {
     use qada_model::session::PREFILL_BLOCK;
     // more than two blocks of text, so the parts are a block, a block and a rest
     let text = "The lighthouse keeper counted the ships that passed each night. ".repeat(120);
-    let prompt = model().tokenizer.encode(&text).unwrap();
+    let prompt = model().tokenizer().encode(&text).unwrap();
     assert!(prompt.len() > 2 * PREFILL_BLOCK + 10, "{}", prompt.len());
     let mut whole = session(None);
     let want = whole.prefill(&prompt, &mut |_, _| {}).unwrap().to_vec();
@@ -208,7 +208,7 @@ fn a_session_holding_an_arc_outlives_the_callers_handle_and_decodes_the_same() {
         std::sync::Arc::new(Model::load(&common::model_path(), &LoadOptions::default()).unwrap());
     let weak = std::sync::Arc::downgrade(&shared);
     let prompt = shared
-        .tokenizer
+        .tokenizer()
         .encode("The sea was calm that night")
         .unwrap();
     let mut owned: Session<'static> = Session::new(shared, opts()).unwrap();
@@ -222,7 +222,7 @@ fn a_session_holding_an_arc_outlives_the_callers_handle_and_decodes_the_same() {
     let (logits, handle) = from_thread.join().unwrap();
     let mut borrowed = Session::new(&*handle, opts()).unwrap();
     let prompt = handle
-        .tokenizer
+        .tokenizer()
         .encode("The sea was calm that night")
         .unwrap();
     borrowed.prefill(&prompt, &mut |_, _| {}).unwrap();

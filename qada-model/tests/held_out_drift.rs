@@ -55,7 +55,7 @@ const Q8_CACHE: Bounds = Bounds {
 fn held_out_tokens(m: &Model) -> Vec<u32> {
     for f in common::held_out_speeches() {
         let text = std::fs::read_to_string(&f).unwrap();
-        let mut tokens = m.tokenizer.encode(&text).unwrap();
+        let mut tokens = m.tokenizer().encode(&text).unwrap();
         if tokens.len() > PREFILL + STEPS {
             tokens.truncate(PREFILL + STEPS + 1);
             return tokens;

@@ -21,7 +21,7 @@ fn model() -> &'static Model {
 
 #[test]
 fn hyper_parameters_are_read_from_the_file() {
-    let c = &model().config;
+    let c = &model().config();
     assert_eq!(
         (c.n_layers, c.n_embd, c.n_heads, c.n_kv_heads, c.head_dim),
         (30, 576, 9, 3, 64)
@@ -32,7 +32,7 @@ fn hyper_parameters_are_read_from_the_file() {
     );
     assert_eq!(c.rope_base, 1e5);
     assert!(
-        model().output.is_none(),
+        model().ties_output(),
         "SmolLM2 ties the output head to the embedding"
     );
 }
@@ -58,7 +58,7 @@ fn residual_stream_matches_the_reference_after_every_layer() {
             .collect();
         let ours = if i == 30 {
             let mut y = vec![0.0; 576];
-            rms_norm(&trace[30], &m.output_norm, m.config.rms_eps, &mut y);
+            rms_norm(&trace[30], &m.output_norm(), m.config().rms_eps, &mut y);
             y
         } else {
             trace[i].clone()

@@ -100,7 +100,7 @@ fn check_top(logits: &[f32], want: &Value, what: &str, worst: &mut Worst) {
 fn check_residual(m: &Model, tokens: &[u32], r: &Value, worst: &mut Worst) {
     let mut s = session(m);
     let trace = s.prefill_trace(tokens).unwrap();
-    let n = m.config.n_layers;
+    let n = m.config().n_layers;
     let layers = r["layers"].as_array().unwrap();
     assert_eq!(layers.len(), n);
     let mut rows: Vec<(String, Vec<f32>, Vec<f32>)> = vec![(
@@ -115,8 +115,8 @@ fn check_residual(m: &Model, tokens: &[u32], r: &Value, worst: &mut Worst) {
             common::floats(want),
         ));
     }
-    let mut normed = vec![0.0; m.config.n_embd];
-    qada_model::ops::rms_norm(&trace[n], &m.output_norm, m.config.rms_eps, &mut normed);
+    let mut normed = vec![0.0; m.config().n_embd];
+    qada_model::ops::rms_norm(&trace[n], &m.output_norm(), m.config().rms_eps, &mut normed);
     rows.push((
         "final norm".into(),
         normed,

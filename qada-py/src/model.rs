@@ -60,11 +60,11 @@ impl PyModel {
                 true,
             ));
         }
-        token_ids("prompt", &ids, self.model.config.vocab_size)
+        token_ids("prompt", &ids, self.model.config().vocab_size)
     }
 
     fn encode(&self, text: &str, chat: bool, system: Option<&str>) -> PyResult<Vec<u32>> {
-        let tok = &self.model.tokenizer;
+        let tok = &self.model.tokenizer();
         let text = match (chat, tok.chat_template()) {
             (false, _) => text.to_string(),
             (true, Some(t)) => t.render_user(text, system).map_err(qada_err)?,
@@ -179,7 +179,7 @@ impl PyModel {
             .detach(|| Model::load(&path, &opts))
             .map_err(|e| qada_err(format!("{}: {e}", path.display())))?;
         if let Some(n) = ctx {
-            let file = model.config.context_length;
+            let file = model.config().context_length;
             if n == 0 || n > file {
                 return Err(bad_arg(
                     "ctx",
@@ -187,7 +187,7 @@ impl PyModel {
                     n,
                 ));
             }
-            model.config.context_length = n;
+            model.limit_context(n).map_err(qada_err)?;
         }
         Ok(PyModel {
             model: Arc::new(model),
@@ -203,44 +203,44 @@ impl PyModel {
     /// Transformer layers.
     #[getter]
     fn n_layers(&self) -> usize {
-        self.model.config.n_layers
+        self.model.config().n_layers
     }
     /// Query heads per layer.
     #[getter]
     fn n_heads(&self) -> usize {
-        self.model.config.n_heads
+        self.model.config().n_heads
     }
     /// KV heads per layer.
     #[getter]
     fn n_kv_heads(&self) -> usize {
-        self.model.config.n_kv_heads
+        self.model.config().n_kv_heads
     }
     /// Head dimension `d`.
     #[getter]
     fn head_dim(&self) -> usize {
-        self.model.config.head_dim
+        self.model.config().head_dim
     }
     /// Most tokens a sequence may hold.
     #[getter]
     fn context_length(&self) -> usize {
-        self.model.config.context_length
+        self.model.config().context_length
     }
     /// Vocabulary size.
     #[getter]
     fn vocab_size(&self) -> usize {
-        self.model.config.vocab_size
+        self.model.config().vocab_size
     }
     /// The layers that attend to the whole context (the others slide a window): the layers a
     /// criterion decides in.
     #[getter]
     fn global_layers(&self) -> Vec<usize> {
-        self.model.config.global_layers().collect()
+        self.model.config().global_layers().collect()
     }
     /// The attention scale of the model's heads (`1 / sqrt(d)` unless the family says
     /// otherwise).
     #[getter]
     fn attention_scale(&self) -> f32 {
-        self.model.config.attention_scale
+        self.model.config().attention_scale
     }
 
     /// Token ids of `text` (a BOS first where the model adds one); with `chat`, the text is a
@@ -252,8 +252,8 @@ impl PyModel {
 
     /// The text of token ids (a leading BOS dropped).
     fn detokenize(&self, ids: Vec<i64>) -> PyResult<String> {
-        let ids = token_ids("ids", &ids, self.model.config.vocab_size)?;
-        Ok(self.model.tokenizer.decode(&ids))
+        let ids = token_ids("ids", &ids, self.model.config().vocab_size)?;
+        Ok(self.model.tokenizer().decode(&ids))
     }
 
     /// Generate text after `prompt` (a string, or token ids) with `criterion` deciding every
@@ -291,7 +291,7 @@ impl PyModel {
         margin: f64,
     ) -> PyResult<PyGeneration> {
         let ids = self.prompt_ids(prompt, chat, system)?;
-        let ctx = self.model.config.context_length;
+        let ctx = self.model.config().context_length;
         if ids.is_empty() || ids.len() >= ctx {
             return Err(bad_arg(
                 "prompt",
@@ -432,7 +432,7 @@ impl PyModel {
         let run = py
             .detach(|| probe_decode(model, &ids, opts, estimator, &mut |_, _| {}))
             .map_err(qada_err)?;
-        let c = &self.model.config;
+        let c = &self.model.config();
         let r = Report::new(&run.probes, tau, c.n_layers, c.n_heads);
         let out = report_dict(py, &r, &run)?;
         out.set_item("criterion", criterion)?;
@@ -474,7 +474,7 @@ impl PyModel {
             kv,
             moments,
         };
-        let ctx = self.model.config.context_length;
+        let ctx = self.model.config().context_length;
         if let Some(n) = capacity {
             if n == 0 || n > ctx {
                 return Err(bad_arg(
@@ -495,7 +495,7 @@ impl PyModel {
     }
 
     fn __repr__(&self) -> String {
-        let c = &self.model.config;
+        let c = &self.model.config();
         format!(
             "Model({:?}, family={}, layers={}, heads={}, kv_heads={}, head_dim={})",
             self.path.display().to_string(),

@@ -53,13 +53,13 @@ impl PySession {
         let session = Session::new(Arc::clone(&model), opts).map_err(qada_err)?;
         Ok(PySession {
             session,
-            queries: vec![None; model.config.n_layers],
+            queries: vec![None; model.config().n_layers],
             model,
         })
     }
 
     fn check_layer(&self, layer: usize) -> PyResult<()> {
-        let n = self.model.config.n_layers;
+        let n = self.model.config().n_layers;
         if layer >= n {
             return Err(bad_arg("layer", format!("a layer index in 0..{n}"), layer));
         }
@@ -69,7 +69,7 @@ impl PySession {
     /// Every KV head's kept keys (or values) of `layer` as `(kv_heads, T, d)` f32.
     fn rows_of(&self, layer: usize, values: bool) -> PyResult<Array3<f32>> {
         self.check_layer(layer)?;
-        let c = &self.model.config;
+        let c = &self.model.config();
         let (g, d) = (c.n_kv_heads, c.head_dim);
         let cache = self.session.cache();
         let heads: Vec<Rows<'_>> = (0..g)
@@ -103,7 +103,7 @@ impl PySession {
         py: Python<'py>,
         ids: Vec<i64>,
     ) -> PyResult<Bound<'py, PyArray1<f32>>> {
-        let ids = token_ids("ids", &ids, self.model.config.vocab_size)?;
+        let ids = token_ids("ids", &ids, self.model.config().vocab_size)?;
         if !self.session.is_empty() {
             return Err(bad_arg(
                 "ids",
@@ -121,7 +121,7 @@ impl PySession {
     /// Decode one token at the next position (the criterion decides every head of every
     /// global layer); the logits after it. Records the step's rotated queries.
     fn step<'py>(&mut self, py: Python<'py>, id: i64) -> PyResult<Bound<'py, PyArray1<f32>>> {
-        let id = token_ids("id", &[id], self.model.config.vocab_size)?[0];
+        let id = token_ids("id", &[id], self.model.config().vocab_size)?[0];
         self.queries.iter_mut().for_each(|q| *q = None);
         let (session, queries) = (&mut self.session, &mut self.queries);
         let logits = py
@@ -154,7 +154,7 @@ impl PySession {
         layer: usize,
     ) -> PyResult<Option<Bound<'py, PyArray2<f32>>>> {
         self.check_layer(layer)?;
-        let c = &self.model.config;
+        let c = &self.model.config();
         Ok(self.queries[layer].as_ref().map(|q| {
             ndarray::Array2::from_shape_vec((c.n_heads, c.head_dim), q.clone())
                 .expect("the observer sees n_heads x d queries")

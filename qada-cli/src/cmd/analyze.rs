@@ -81,7 +81,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
     }
     let tau = Tau::new(a.criterion.tau())?;
     let tokens = a.prompt.tokens(&model)?;
-    let c = &model.config;
+    let c = &model.config();
     let window = a.criterion.window()?;
     // approx keeps the Gaussian probe (cheaper, and tau-free); any other criterion is asked
     let estimator = match a.criterion.name() {

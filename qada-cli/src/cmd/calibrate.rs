@@ -90,7 +90,7 @@ pub fn run(a: Args) -> CliResult<()> {
 
 fn moments(a: MomentsArgs) -> CliResult<()> {
     let model = load_model(&a.model, ActPrecision::F32)?;
-    let length = a.length.unwrap_or(model.config.context_length);
+    let length = a.length.unwrap_or(model.config().context_length);
     let corpus = Corpus::load(a.corpus.as_deref())?;
     let table = moment_table(&model, &corpus, length, a.stride, a.seed)?;
     table.save(&a.out)?;
@@ -101,8 +101,8 @@ fn moments(a: MomentsArgs) -> CliResult<()> {
         a.stride,
         table.checkpoints().last().map_or(0, |c| c.tokens),
         a.stride,
-        model.config.n_layers,
-        model.config.n_kv_heads,
+        model.config().n_layers,
+        model.config().n_kv_heads,
         a.seed
     );
     Ok(())

@@ -97,7 +97,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
             Ok(())
         },
     )?;
-    let c = &model.config;
+    let c = &model.config();
     let table = calibrate_head_taus(
         &observations,
         model.signature(),

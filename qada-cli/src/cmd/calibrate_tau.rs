@@ -293,7 +293,7 @@ pub fn run(a: Args) -> CliResult<()> {
     let tasks = EvalTask::parse_list(&a.task)?;
     let model_path = crate::common::resolve_model(a.model.model.as_deref())?;
     let model = load_model(&a.model, ActPrecision::F32)?;
-    let ctx = model.config.context_length;
+    let ctx = model.config().context_length;
     let lengths: Vec<usize> = match &a.lengths {
         Some(l) => parse_list("--lengths", l)?,
         None => {
@@ -321,7 +321,7 @@ pub fn run(a: Args) -> CliResult<()> {
         .map_err(|e| format!("cannot create {}: {e}", a.work_dir.display()))?;
     let cfgs = configs(&methods, &taus, &[], None, &groups)?;
     let mut log = RecordLog::open(&a.work_dir.join("records.jsonl"), a.resume)?;
-    log.name_run(crate::host::run_info(model.activations.name(), &a.kv));
+    log.name_run(crate::host::run_info(model.activations().name(), &a.kv));
     let sweep = Sweep {
         model: &model,
         corpus: &corpus,
@@ -330,8 +330,8 @@ pub fn run(a: Args) -> CliResult<()> {
         samples: a.samples,
         fidelity_steps: 32,
         gate: true,
-        passkey: PasskeyTask::new(&model.tokenizer)?,
-        ruler: RulerPrompts::new(&model.tokenizer)?,
+        passkey: PasskeyTask::new(&model.tokenizer())?,
+        ruler: RulerPrompts::new(&model.tokenizer())?,
         part: Part::Calibration,
         kv,
         window,

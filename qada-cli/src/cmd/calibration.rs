@@ -48,7 +48,7 @@ pub fn random_words_prompt(
     let mut n_words = length;
     loop {
         let text = corpus.random_words(Part::Calibration, n_words, seed);
-        let mut ids = model.tokenizer.encode(&text)?;
+        let mut ids = model.tokenizer().encode(&text)?;
         if ids.len() >= length {
             ids.truncate(length);
             return Ok(ids);
@@ -65,7 +65,7 @@ pub fn moment_table(
     stride: usize,
     seed: u64,
 ) -> CliResult<MomentTable> {
-    let ctx = model.config.context_length;
+    let ctx = model.config().context_length;
     if length == 0 || length > ctx {
         return fail(format!(
             "--length must be in 1..={ctx} (the context length), got {length}"
@@ -93,7 +93,7 @@ pub fn moment_table(
         model.signature(),
         stride as u64,
         // sliding-window layers keep no bulk: their moments stay empty
-        |l, h| match model.config.layers[l].is_global() {
+        |l, h| match model.config().layers[l].is_global() {
             true => cache
                 .head(l, h)
                 .map(|v| v.keys())
@@ -111,7 +111,7 @@ pub fn static_table(
     steps: usize,
     tau: Tau,
 ) -> CliResult<StaticTable> {
-    let mut cal = StaticCalibrator::new(model.signature(), model.config.n_heads, tau.get())?;
+    let mut cal = StaticCalibrator::new(model.signature(), model.config().n_heads, tau.get())?;
     let mut session = Session::new(model, SessionOptions::new(Box::new(Dense), window))?;
     let mut prober = Prober::default();
     probe_prompts(
@@ -176,7 +176,7 @@ pub fn corpus_prompts(
     let mut prompts = Vec::with_capacity(n);
     for i in 0..n {
         let text = corpus.running_text(Part::Calibration, length * 8, seed.wrapping_add(i as u64));
-        let mut ids = model.tokenizer.encode(&text)?;
+        let mut ids = model.tokenizer().encode(&text)?;
         ids.truncate(length);
         prompts.push(ids);
     }
@@ -190,7 +190,7 @@ pub fn calibration_prompts(
     p: &PromptsArgs,
     window: WindowConfig,
 ) -> CliResult<Vec<Vec<u32>>> {
-    let ctx = model.config.context_length;
+    let ctx = model.config().context_length;
     let mut prompts: Vec<Vec<u32>> = Vec::new();
     if p.prompt_files.is_empty() {
         if p.prompts == 0 {
@@ -208,7 +208,7 @@ pub fn calibration_prompts(
         for file in &p.prompt_files {
             let text = std::fs::read_to_string(file)
                 .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-            let mut ids = model.tokenizer.encode(&text)?;
+            let mut ids = model.tokenizer().encode(&text)?;
             ids.truncate(ctx);
             if ids.len() <= p.steps + window.local() {
                 return fail(format!(

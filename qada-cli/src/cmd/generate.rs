@@ -87,7 +87,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
 /// `--truncate-prompt` when longer than the context (refused without it).
 fn prompt_tokens(a: &Args, model: &Model) -> CliResult<Vec<u32>> {
     let mut prompt = a.prompt.tokens(model)?;
-    let ctx = model.config.context_length;
+    let ctx = model.config().context_length;
     if prompt.is_empty() {
         return fail(
             "the prompt is empty: give some text (with --raw, an empty string has no tokens)",
@@ -175,7 +175,7 @@ fn decode(a: &Args, model: &Model, prompt: &[u32]) -> CliResult<Outcome> {
 
 /// Sparsity of every layer, in layer order.
 fn per_layer_sparsity(model: &Model, acc: &Accounting) -> Vec<f64> {
-    (0..model.config.n_layers)
+    (0..model.config().n_layers)
         .map(|l| acc.layer_sparsity(l))
         .collect()
 }
@@ -203,9 +203,9 @@ fn json_report(a: &Args, model: &Model, why: Option<&str>, out: &Outcome) -> ser
         "decode_tokens_per_s": decode_rate(g),
         "attention_flops_ratio": acc.flops_ratio(),
         "kv_bytes_ratio": acc.kv_bytes_ratio(),
-        "global_layers": model.config.global_layers().collect::<Vec<_>>(),
+        "global_layers": model.config().global_layers().collect::<Vec<_>>(),
         "sliding_kv_bytes": acc.sliding_kv_bytes,
-        "activations": model.activations.name(),
+        "activations": model.activations().name(),
         "compare": out.compared.as_ref().map(|(d, dacc)| comparison_json(g, d, acc, dacc)),
     })
 }
@@ -235,7 +235,7 @@ fn text_report(a: &Args, model: &Model, out: &Outcome) {
         let _ = writeln!(
             e,
             "note: generation reached the context length of {} tokens",
-            model.config.context_length
+            model.config().context_length
         );
     }
     let _ = writeln!(e, "criterion: {}", a.criterion.describe());
@@ -259,7 +259,7 @@ fn text_report(a: &Args, model: &Model, out: &Outcome) {
         let cells: Vec<String> = per_layer_sparsity(model, acc)
             .iter()
             .enumerate()
-            .filter(|&(l, _)| model.config.layers[l].is_global())
+            .filter(|&(l, _)| model.config().layers[l].is_global())
             .map(|(l, s)| format!("{l}:{s:.2}"))
             .collect();
         for line in cells.chunks(10) {
@@ -270,13 +270,13 @@ fn text_report(a: &Args, model: &Model, out: &Outcome) {
         report_comparison(&mut e, g, dense, acc, dense_acc);
     }
     if acc.sliding_layer_steps > 0 {
-        let n_layers = model.config.n_layers;
-        let sliding = n_layers - model.config.global_layers().count();
+        let n_layers = model.config().n_layers;
+        let sliding = n_layers - model.config().global_layers().count();
         let _ = writeln!(
             e,
             "sliding-window layers: {sliding} of {n_layers} read their last {} tokens by construction \
              ({:.1} MB of K/V over the run; not decided, not counted above)",
-            model.config.sliding_window().unwrap_or(0),
+            model.config().sliding_window().unwrap_or(0),
             acc.sliding_kv_bytes / 1e6
         );
     }

@@ -162,7 +162,7 @@ pub fn check_residual_stream(m: &qada_model::Model, r: &serde_json::Value, tol: 
     let rows = r["plain_sentence_residual_stream_last_position"]["rows"]
         .as_array()
         .unwrap();
-    let n_layers = m.config.n_layers;
+    let n_layers = m.config().n_layers;
     assert_eq!(rows.len(), n_layers + 1);
     let mut s = dense_session(m);
     let trace = s.prefill_trace(&tokens).unwrap();
@@ -172,8 +172,8 @@ pub fn check_residual_stream(m: &qada_model::Model, r: &serde_json::Value, tol: 
         let reference = floats(reference);
         // The last row is after the final RMSNorm.
         let ours = if i == n_layers {
-            let mut y = vec![0.0; m.config.n_embd];
-            qada_model::ops::rms_norm(&trace[i], &m.output_norm, m.config.rms_eps, &mut y);
+            let mut y = vec![0.0; m.config().n_embd];
+            qada_model::ops::rms_norm(&trace[i], &m.output_norm(), m.config().rms_eps, &mut y);
             y
         } else {
             trace[i].clone()

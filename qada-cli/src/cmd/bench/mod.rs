@@ -126,7 +126,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
     if let (Some(why), false) = (a.criterion.resolve(&model, Fallback::Approx)?, a.json) {
         eprintln!("{why}");
     }
-    let ctx = model.config.context_length;
+    let ctx = model.config().context_length;
     if a.reps == 0 || a.new_tokens == 0 {
         return fail("--reps and --new-tokens must be at least 1");
     }
@@ -144,7 +144,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
     }
     let corpus = Corpus::load(a.corpus.as_deref())?;
     let text = corpus.running_text(Part::Evaluation, ctx * 8, 3);
-    let all = model.tokenizer.encode(&text)?;
+    let all = model.tokenizer().encode(&text)?;
     let mut session = Session::new(
         &model,
         SessionOptions {
@@ -193,7 +193,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
         cpu: &cpu,
         kernels: &kernels,
         cpu_flags: &cpu_flags,
-        activations: model.activations.name(),
+        activations: model.activations().name(),
         adaptive: &a.criterion.describe(),
         bandwidth,
     };
@@ -302,7 +302,7 @@ fn measure_depth(
         "commit": COMMIT,
         "kernels": m.kernels,
         "cpu_simd_flags": m.cpu_flags,
-        "activations": model.activations.name(),
+        "activations": model.activations().name(),
         "dense_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[0]),
         "adaptive_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[1]),
     });

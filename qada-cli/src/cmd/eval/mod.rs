@@ -170,7 +170,7 @@ fn run_identity(model: &Model, file: &Path, a: &Args) -> serde_json::Value {
         "kv": a.kv,
         "sink": a.sink,
         "local": a.local,
-        "activations": model.activations.name(),
+        "activations": model.activations().name(),
     })
 }
 
@@ -205,7 +205,7 @@ fn tables(
     window: WindowConfig,
 ) -> CliResult<(Option<MomentTable>, Option<StaticTable>)> {
     let sig = model.signature();
-    let ctx = model.config.context_length;
+    let ctx = model.config().context_length;
     let (moments_len, static_prompts, static_len) = if a.quick {
         (2048.min(ctx), 1, 1024)
     } else {
@@ -370,7 +370,7 @@ pub fn run(a: Args) -> CliResult<()> {
     };
     let model_path = crate::common::resolve_model(a.model.model.as_deref())?;
     let model = load_model(&a.model, ActPrecision::F32)?;
-    let ctx = model.config.context_length;
+    let ctx = model.config().context_length;
     let lengths: Vec<usize> = match &a.lengths {
         Some(l) => parse_list("--lengths", l)?,
         None if a.quick => vec![1024],
@@ -443,7 +443,7 @@ pub fn run(a: Args) -> CliResult<()> {
         }
     };
     let mut log = RecordLog::open(&a.out_dir.join("records.jsonl"), a.resume)?;
-    log.name_run(crate::host::run_info(model.activations.name(), &a.kv));
+    log.name_run(crate::host::run_info(model.activations().name(), &a.kv));
     let sweep = Sweep {
         model: &model,
         corpus: &corpus,
@@ -452,8 +452,8 @@ pub fn run(a: Args) -> CliResult<()> {
         samples,
         fidelity_steps: if a.quick { 16 } else { 32 },
         gate: !a.no_gate,
-        passkey: PasskeyTask::new(&model.tokenizer)?,
-        ruler: RulerPrompts::new(&model.tokenizer)?,
+        passkey: PasskeyTask::new(&model.tokenizer())?,
+        ruler: RulerPrompts::new(&model.tokenizer())?,
         part: Part::Evaluation,
         kv,
         window,

@@ -306,7 +306,7 @@ impl Sweep<'_> {
             let text = self
                 .corpus
                 .running_text(self.part, (len + 1) * 8, 100 + s as u64);
-            let ids = self.model.tokenizer.encode(&text)?;
+            let ids = self.model.tokenizer().encode(&text)?;
             if ids.len() < len + 1 {
                 return fail(format!(
                     "the {:?} part of the corpus gave {} tokens, fidelity at {len} needs {}",

@@ -129,7 +129,7 @@ impl Engine {
     /// covariance in f64, and their factored copy), and for criteria that keep page summaries
     /// a copy of them (at most half the K/V of `pos` tokens: the keys by channel).
     fn mark_bytes(&self, pos: usize, per_token: u64, pages: bool) -> u64 {
-        let c = &self.model.config;
+        let c = &self.model.config();
         let d = c.head_dim as u64;
         let moments = (c.n_layers * c.n_kv_heads) as u64 * (2 * d * d + 2 * d) * 8;
         moments + if pages { pos as u64 * per_token / 2 } else { 0 }
@@ -153,7 +153,7 @@ impl Engine {
         }
         let args = self.request_args(req)?;
         let tokens = self.tokens(&req.prompt)?;
-        let ctx = self.model.config.context_length;
+        let ctx = self.model.config().context_length;
         let n = tokens.len();
         if n >= ctx {
             return Err(ApiError::invalid(
@@ -259,7 +259,7 @@ impl Engine {
     /// The prompt's tokens: chat messages through the model's template, text as
     /// `qada generate --raw` encodes it, ids checked against the vocabulary.
     fn tokens(&self, prompt: &Prompt) -> Result<Vec<u32>, ApiError> {
-        let tok = &self.model.tokenizer;
+        let tok = &self.model.tokenizer();
         let tokens = match prompt {
             Prompt::Messages(m) => {
                 let t = tok.chat_template().ok_or_else(|| {
@@ -279,7 +279,7 @@ impl Engine {
             }
             Prompt::Text(s) => tok.encode(s),
             Prompt::Tokens(ids) => {
-                let vocab = self.model.config.vocab_size;
+                let vocab = self.model.config().vocab_size;
                 if let Some(bad) = ids.iter().find(|&&i| i as usize >= vocab) {
                     return Err(ApiError::invalid(
                         "prompt",
@@ -482,7 +482,7 @@ impl Engine {
 /// K/V bytes a token takes in every layer of `model` in a cache of `dtype` (sliding layers
 /// counted in full: an upper bound); the unit of `--cache-mb`'s accounting.
 pub fn kv_bytes_per_token(model: &Model, dtype: qada_kv::KvDtype) -> u64 {
-    let c = &model.config;
+    let c = &model.config();
     (2 * c.n_layers * dtype.bytes_for(c.n_kv_heads * c.head_dim)) as u64
 }
 

@@ -120,7 +120,7 @@ async fn models(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
             "object": "model",
             "created": now(),
             "owned_by": "qada",
-            "context_length": app.engine.model().config.context_length,
+            "context_length": app.engine.model().config().context_length,
         }],
     }))
     .into_response()
