@@ -10,7 +10,7 @@ use qada_core::{
     StaticTable,
 };
 use qada_kv::{KvDtype, MomentsMode, MomentsSource, WindowConfig};
-use qada_model::qlinear::ActPrecision;
+use qada_model::ActPrecision;
 use qada_model::{LoadOptions, Model, WeightFormat};
 use qada_stats::DEFAULT_TABLE_OFFSET;
 
@@ -163,7 +163,7 @@ impl PromptArgs {
     /// Token ids of the prompt, wrapped in the chat template unless --raw.
     pub fn tokens(&self, model: &Model) -> CliResult<Vec<u32>> {
         let text = self.text()?;
-        let tok = &model.tokenizer();
+        let tok = model.tokenizer();
         let wrapped = if self.raw {
             text
         } else {

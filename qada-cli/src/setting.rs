@@ -42,7 +42,7 @@ pub struct ModelId {
 
 impl ModelId {
     pub fn of(model: &Model) -> Self {
-        let c = &model.config();
+        let c = model.config();
         ModelId {
             architecture: c.family.name.to_string(),
             n_layers: c.n_layers,

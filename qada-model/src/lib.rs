@@ -1,19 +1,19 @@
 //! A real model for QAdA: GGUF files, their tokenizer, and a transformer (Llama, Qwen2 and
-//! Gemma 3 are values of [`Family`]) whose
+//! Gemma 3 are values of [`family::Family`]) whose
 //! decoding steps go through a qada-core locality criterion over a qada-kv cache.
 //!
 //! - [`gguf`] reads (and, for tests, writes) GGUF files; [`quant`] knows ggml's block layouts
-//!   and dequantizes them; [`qlinear`] multiplies rows that stay in their blocks.
+//!   and dequantizes them. The quantized products (`qlinear`) and the layer operations (`ops`)
+//!   are public for tests and benches only, hidden from these docs.
 //! - [`ModelConfig`] and [`Tokenizer`] come from the file's metadata; [`Model`] loads the
 //!   weights; a [`Session`] prefills a prompt and decodes token by token through a
 //!   `qada_core` criterion; [`generate()`] samples text.
 //!
-//! A Q4_1 tensor written to a GGUF file in memory, read back, and multiplied in its blocks:
+//! A Q4_1 tensor written to a GGUF file in memory, read back, and seen as blocks:
 //!
 //! ```
 //! use qada_model::gguf::{writer::GgufWriter, GgufFile, Value};
-//! use qada_model::qlinear::{ActPrecision, Kernels, Q8Acts, QLinear};
-//! use qada_model::quant::{view, BlockQ4_1, Dequantize, GgmlType};
+//! use qada_model::quant::{view, BlockQ4_1, Dequantize};
 //!
 //! // one block of 32 values q * d + m: d = 0.5, m = -1, quants 0, 1, ..., 15, 0, 1, ...
 //! let half = |v: f32| half::f16::from_f32(v).to_le_bytes();
@@ -35,58 +35,48 @@
 //! blocks[0].dequantize(&mut y);
 //! assert_eq!(&y[..], &values[..]);
 //!
-//! // a 1 x 32 layer in its blocks against x = 1: the sum of the row
-//! let layer = QLinear::from_blocks(1, 32, GgmlType::Q4_1, bytes, None)?;
-//! let mut x = Q8Acts::new(ActPrecision::F32);
-//! x.quantize(&[1.0; 32]);
-//! let mut out = [0.0f32];
-//! layer.matvec(&x, &mut out)?;
-//! assert!((out[0] - values.iter().sum::<f32>()).abs() < 1e-4);
-//!
-//! // lengths are checked: 31 activations do not fit a row of 32
-//! x.quantize(&[1.0; 31]);
-//! assert!(layer.matvec(&x, &mut out).is_err());
-//! assert!(qada_model::qlinear::dot_row(GgmlType::Q4_1, &[0; 19], &x, Kernels::detect()).is_err());
 //! # Ok::<(), qada_model::ModelError>(())
 //! ```
 #![warn(missing_docs)]
 
-mod error;
-pub mod gguf;
-pub mod quant;
-mod strict;
-
-pub use error::{ModelError, Result};
-pub mod config;
-pub mod family;
-pub mod tokenizer;
-
-pub use config::{LayerSpec, ModelConfig};
-pub use family::{Activation, Family, RopeStyle, FAMILIES};
-pub use tokenizer::{
-    ChatFormat, ChatMessage, ChatTemplate, StreamDecoder, TemplateOrigin, Tokenizer,
-};
 mod block;
+mod config;
+mod error;
+pub mod family;
+mod generate;
+pub mod gguf;
 pub mod known_models;
-pub mod model;
+mod model;
+#[doc(hidden)]
 pub mod ops;
 pub mod probe;
-pub mod rope;
+#[doc(hidden)]
+pub mod qlinear;
+pub mod quant;
+mod rope;
 mod rope_scaling;
-pub mod session;
+mod session;
+mod strict;
+mod tokenizer;
 
-pub use model::{LoadOptions, Model, WeightFormat};
-pub use session::{ModelHandle, Session, SessionCheckpoint, SessionOptions, StepObserver};
-pub mod generate;
+pub mod eval;
 
+pub use config::{LayerSpec, ModelConfig};
+pub use error::{ModelError, Result};
+pub use eval::{FidelityReference, FidelityStep, PasskeyPrompt, PasskeyTask};
 pub use generate::{
     generate, generate_after_prefill, generate_until, GenerateConfig, Generation, Sampler,
     SamplingParams, StopReason,
 };
-pub mod eval;
-pub mod qlinear;
-
-pub use eval::{FidelityReference, FidelityStep, PasskeyPrompt, PasskeyTask};
+pub use model::{LoadOptions, Model, WeightFormat};
+pub use qlinear::ActPrecision;
+pub use rope::{Rope, RopeScaling};
+pub use session::{
+    ModelHandle, Session, SessionCheckpoint, SessionOptions, StepObserver, PREFILL_BLOCK,
+};
+pub use tokenizer::{
+    ChatFormat, ChatMessage, ChatTemplate, StreamDecoder, TemplateOrigin, Tokenizer,
+};
 
 // Types users share across threads (a loaded model serves many sessions).
 const _: () = {

@@ -13,7 +13,7 @@
 
 use crate::config::{LayerSpec, ModelConfig};
 use crate::family::RopeStyle;
-pub use crate::rope_scaling::{yarn_mscale, RopeScaling};
+pub use crate::rope_scaling::RopeScaling;
 use crate::{ModelError, Result};
 
 /// The RoPE of one kind of layer: inverse frequencies, attention factor, pairing.
@@ -218,6 +218,7 @@ pub fn rope_inplace(x: &mut [f32], head_dim: usize, table: &[(f32, f32)], style:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rope_scaling::yarn_mscale;
 
     fn table(r: &Rope, pos: usize) -> Vec<(f32, f32)> {
         let mut t = Vec::new();

@@ -4,7 +4,7 @@
 use qada_kv::LayerSpan;
 use qada_model::gguf::writer::GgufWriter;
 use qada_model::gguf::{GgufFile, Value, ValueType};
-use qada_model::rope::RopeScaling;
+use qada_model::RopeScaling;
 use qada_model::{ModelConfig, ModelError};
 
 /// The metadata of a tiny decoder of family `arch` (keys under its prefix), with `overrides`

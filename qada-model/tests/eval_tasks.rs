@@ -142,7 +142,7 @@ fn prompts_that_cannot_be_built_are_input_errors() {
 #[test]
 fn dense_decoding_finds_a_passkey_in_a_short_prompt() {
     let m = model();
-    let task = PasskeyTask::new(&m.tokenizer()).unwrap();
+    let task = PasskeyTask::new(m.tokenizer()).unwrap();
     let prompt = &task.trials(&haystack(100), &[400], &[0.5], 3).unwrap()[0];
     let mut session = Session::new(
         m,

@@ -14,7 +14,7 @@
 
 mod common;
 
-use qada_model::qlinear::ActPrecision;
+use qada_model::ActPrecision;
 use qada_model::{Model, WeightFormat};
 
 const BOUND: f32 = 1e-2;

@@ -17,8 +17,8 @@ use std::sync::OnceLock;
 
 use qada_kv::LayerSpan;
 use qada_model::gguf::GgufFile;
-use qada_model::rope::{Rope, RopeScaling};
 use qada_model::{LoadOptions, Model, Tokenizer};
+use qada_model::{Rope, RopeScaling};
 use serde_json::Value;
 
 /// Largest residual error relative to the row's largest magnitude (measured 1.2e-6; see the
@@ -44,7 +44,7 @@ fn model() -> &'static Model {
 #[test]
 fn hyper_parameters_are_read_from_the_file_and_the_published_configuration() {
     let m = model();
-    let c = &m.config();
+    let c = m.config();
     let a = &reference()["arch"];
     assert_eq!(c.family.name, "gemma3");
     let want = |k: &str| a[k].as_u64().unwrap() as usize;

@@ -96,7 +96,10 @@ fn generation_stops_at_the_context_limit() {
 
 #[test]
 fn a_prompt_of_only_special_tokens_generates() {
-    let prompt = model().tokenizer().encode("<|im_start|><|im_end|>").unwrap();
+    let prompt = model()
+        .tokenizer()
+        .encode("<|im_start|><|im_end|>")
+        .unwrap();
     assert_eq!(prompt, vec![1, 2]);
     let g = generate(
         &mut session(None),
@@ -147,7 +150,7 @@ fn on_text_can_interrupt_generation_after_the_token_it_saw() {
 
 #[test]
 fn a_prompt_run_in_parts_of_whole_blocks_gives_the_logits_of_one_prefill() {
-    use qada_model::session::PREFILL_BLOCK;
+    use qada_model::PREFILL_BLOCK;
     // more than two blocks of text, so the parts are a block, a block and a rest
     let text = "The lighthouse keeper counted the ships that passed each night. ".repeat(120);
     let prompt = model().tokenizer().encode(&text).unwrap();

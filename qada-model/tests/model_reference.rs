@@ -58,7 +58,7 @@ fn residual_stream_matches_the_reference_after_every_layer() {
             .collect();
         let ours = if i == 30 {
             let mut y = vec![0.0; 576];
-            rms_norm(&trace[30], &m.output_norm(), m.config().rms_eps, &mut y);
+            rms_norm(&trace[30], m.output_norm(), m.config().rms_eps, &mut y);
             y
         } else {
             trace[i].clone()

@@ -9,7 +9,7 @@
 
 mod common;
 
-use qada_model::qlinear::ActPrecision;
+use qada_model::ActPrecision;
 use qada_model::{LoadOptions, Model, WeightFormat};
 
 fn load(weights: WeightFormat, activations: ActPrecision) -> Model {

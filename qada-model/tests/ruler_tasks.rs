@@ -20,7 +20,7 @@ fn model() -> &'static Model {
 }
 
 fn tok() -> &'static Tokenizer {
-    &model().tokenizer()
+    model().tokenizer()
 }
 
 /// Speeches from 1900 on, in order, about 60 000 characters of them.
@@ -248,7 +248,7 @@ fn prompts_that_cannot_be_built_are_input_errors() {
 #[ignore]
 fn dense_answers_one_prompt_of_each_task() {
     let m = model();
-    let r = RulerPrompts::new(&m.tokenizer()).unwrap();
+    let r = RulerPrompts::new(m.tokenizer()).unwrap();
     let mut session = Session::new(
         m,
         SessionOptions::new(Box::new(Dense), WindowConfig::new(16, 128).unwrap()),

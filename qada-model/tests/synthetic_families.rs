@@ -116,7 +116,7 @@ fn check_residual(m: &Model, tokens: &[u32], r: &Value, worst: &mut Worst) {
         ));
     }
     let mut normed = vec![0.0; m.config().n_embd];
-    qada_model::ops::rms_norm(&trace[n], &m.output_norm(), m.config().rms_eps, &mut normed);
+    qada_model::ops::rms_norm(&trace[n], m.output_norm(), m.config().rms_eps, &mut normed);
     rows.push((
         "final norm".into(),
         normed,

@@ -8,10 +8,10 @@
 use proptest::prelude::*;
 use qada_core::Dense;
 use qada_kv::WindowConfig;
-use qada_model::family::{GEMMA3, LLAMA, QWEN2, QWEN3};
+use qada_model::family::{Family, FAMILIES, GEMMA3, LLAMA, QWEN2, QWEN3};
 use qada_model::gguf::writer::GgufWriter;
 use qada_model::gguf::{GgufFile, Value, ValueType};
-use qada_model::{Family, LoadOptions, Model, ModelError, Session, SessionOptions, FAMILIES};
+use qada_model::{LoadOptions, Model, ModelError, Session, SessionOptions};
 
 const VOCAB: usize = 16;
 const EMBD: usize = 8;

@@ -13,7 +13,7 @@ use qada_core::analysis::Report;
 use qada_core::{CriterionParams, Tau};
 use qada_model::known_models::{repo_roots, resolve_model_file};
 use qada_model::probe::{probe_decode, ProbeOptions};
-use qada_model::qlinear::ActPrecision;
+use qada_model::ActPrecision;
 use qada_model::{
     generate_until, GenerateConfig, LoadOptions, Model, SamplingParams, Session, SessionOptions,
     WeightFormat,

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use qada_core::analysis::{Report, Summary};
 use qada_core::Tau;
 use qada_model::probe::{probe_decode, ProbeOptions};
-use qada_model::qlinear::ActPrecision;
+use qada_model::ActPrecision;
 use serde_json::{json, Value};
 
 use crate::common::{
@@ -81,7 +81,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
     }
     let tau = Tau::new(a.criterion.tau())?;
     let tokens = a.prompt.tokens(&model)?;
-    let c = &model.config();
+    let c = model.config();
     let window = a.criterion.window()?;
     // approx keeps the Gaussian probe (cheaper, and tau-free); any other criterion is asked
     let estimator = match a.criterion.name() {

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use clap::Subcommand;
 use qada_core::Tau;
 use qada_kv::WindowConfig;
-use qada_model::qlinear::ActPrecision;
+use qada_model::ActPrecision;
 
 use super::calibration::{calibration_prompts, moment_table, static_table, PromptsArgs};
 use crate::common::{load_model, CliResult, ModelArgs};

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 use qada_core::{calibrate_head_taus, HeadObservation, Tau};
-use qada_model::qlinear::ActPrecision;
+use qada_model::ActPrecision;
 use qada_model::{Session, SessionOptions};
 
 use super::calibration::{calibration_prompts, probe_prompts, PromptsArgs};
@@ -97,7 +97,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
             Ok(())
         },
     )?;
-    let c = &model.config();
+    let c = model.config();
     let table = calibrate_head_taus(
         &observations,
         model.signature(),

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use qada_core::Tau;
 use qada_kv::WindowConfig;
 use qada_model::eval::ruler::RulerPrompts;
-use qada_model::qlinear::ActPrecision;
+use qada_model::ActPrecision;
 use qada_model::{Model, PasskeyTask};
 
 use super::eval::configs::{configs, parse_groups, parse_list, parse_methods};
@@ -330,8 +330,8 @@ pub fn run(a: Args) -> CliResult<()> {
         samples: a.samples,
         fidelity_steps: 32,
         gate: true,
-        passkey: PasskeyTask::new(&model.tokenizer())?,
-        ruler: RulerPrompts::new(&model.tokenizer())?,
+        passkey: PasskeyTask::new(model.tokenizer())?,
+        ruler: RulerPrompts::new(model.tokenizer())?,
         part: Part::Calibration,
         kv,
         window,

@@ -6,7 +6,7 @@ use std::ops::ControlFlow;
 use std::time::Instant;
 
 use qada_core::{Accounting, Dense};
-use qada_model::qlinear::ActPrecision;
+use qada_model::ActPrecision;
 use qada_model::{
     generate_after_prefill, GenerateConfig, Generation, Model, SamplingParams, Session,
     SessionOptions, StopReason,
@@ -136,7 +136,7 @@ fn decode(a: &Args, model: &Model, prompt: &[u32]) -> CliResult<Outcome> {
         },
     };
     let pb = progress_bar(prompt.len() as u64, "prefill");
-    if prompt.len() <= qada_model::session::PREFILL_BLOCK || a.json {
+    if prompt.len() <= qada_model::PREFILL_BLOCK || a.json {
         pb.finish_and_clear();
     }
     let t0 = Instant::now();

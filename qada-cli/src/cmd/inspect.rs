@@ -57,7 +57,7 @@ pub fn run(a: Args) -> CliResult<()> {
                     c.rope_dim, c.head_dim
                 );
             }
-            if c.rope_scaling != qada_model::rope::RopeScaling::None {
+            if c.rope_scaling != qada_model::RopeScaling::None {
                 println!("  RoPE scaling: {:?}", c.rope_scaling);
             }
             let nope: Vec<String> = (0..c.n_layers)

@@ -24,6 +24,33 @@
 //! activations: weights in integer form, eight rows by four tokens per kernel call), this
 //! file ([`QLinear`]: products of a whole layer, and prefill's f32 tiles). Blocks are read
 //! through the typed views of [`crate::quant`].
+//!
+//! A 1 x 32 Q4_1 layer (one block, `q d + m` with d = 0.5, m = -1) multiplied in its blocks:
+//!
+//! ```
+//! use qada_model::qlinear::{dot_row, ActPrecision, Kernels, Q8Acts, QLinear};
+//! use qada_model::quant::GgmlType;
+//!
+//! let half = |v: f32| half::f16::from_f32(v).to_le_bytes();
+//! let q: Vec<u8> = (0..32).map(|i| i % 16).collect();
+//! let mut bytes = [half(0.5), half(-1.0)].concat();
+//! bytes.extend((0..16).map(|j| q[j] | (q[j + 16] << 4)));
+//! let values: Vec<f32> = q.iter().map(|&q| q as f32 * 0.5 - 1.0).collect();
+//!
+//! // a 1 x 32 layer in its blocks against x = 1: the sum of the row
+//! let layer = QLinear::from_blocks(1, 32, GgmlType::Q4_1, bytes, None)?;
+//! let mut x = Q8Acts::new(ActPrecision::F32);
+//! x.quantize(&[1.0; 32]);
+//! let mut out = [0.0f32];
+//! layer.matvec(&x, &mut out)?;
+//! assert!((out[0] - values.iter().sum::<f32>()).abs() < 1e-4);
+//!
+//! // lengths are checked: 31 activations do not fit a row of 32
+//! x.quantize(&[1.0; 31]);
+//! assert!(layer.matvec(&x, &mut out).is_err());
+//! assert!(dot_row(GgmlType::Q4_1, &[0; 19], &x, Kernels::detect()).is_err());
+//! # Ok::<(), qada_model::ModelError>(())
+//! ```
 
 use rayon::prelude::*;
 

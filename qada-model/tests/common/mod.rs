@@ -173,7 +173,7 @@ pub fn check_residual_stream(m: &qada_model::Model, r: &serde_json::Value, tol: 
         // The last row is after the final RMSNorm.
         let ours = if i == n_layers {
             let mut y = vec![0.0; m.config().n_embd];
-            qada_model::ops::rms_norm(&trace[i], &m.output_norm(), m.config().rms_eps, &mut y);
+            qada_model::ops::rms_norm(&trace[i], m.output_norm(), m.config().rms_eps, &mut y);
             y
         } else {
             trace[i].clone()
@@ -261,7 +261,7 @@ pub fn load_f32(path: &std::path::Path) -> qada_model::Model {
 pub fn load_with(
     path: &std::path::Path,
     weights: qada_model::WeightFormat,
-    activations: qada_model::qlinear::ActPrecision,
+    activations: qada_model::ActPrecision,
 ) -> qada_model::Model {
     let opts = qada_model::LoadOptions {
         weights,

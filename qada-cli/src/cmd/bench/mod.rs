@@ -24,7 +24,7 @@ use std::time::Instant;
 use indicatif::ProgressBar;
 use qada_core::{Dense, LocalityCriterion, Oracle};
 use qada_kv::MomentsMode;
-use qada_model::qlinear::ActPrecision;
+use qada_model::ActPrecision;
 use qada_model::{Model, Sampler, SamplingParams, Session, SessionCheckpoint, SessionOptions};
 use serde_json::json;
 

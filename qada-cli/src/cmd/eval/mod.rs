@@ -22,7 +22,7 @@ use std::sync::Arc;
 use qada_core::{StaticTable, Tau};
 use qada_kv::WindowConfig;
 use qada_model::eval::ruler::RulerPrompts;
-use qada_model::qlinear::ActPrecision;
+use qada_model::ActPrecision;
 use qada_model::{Model, PasskeyTask};
 use qada_stats::MomentTable;
 use serde_json::json;
@@ -452,8 +452,8 @@ pub fn run(a: Args) -> CliResult<()> {
         samples,
         fidelity_steps: if a.quick { 16 } else { 32 },
         gate: !a.no_gate,
-        passkey: PasskeyTask::new(&model.tokenizer())?,
-        ruler: RulerPrompts::new(&model.tokenizer())?,
+        passkey: PasskeyTask::new(model.tokenizer())?,
+        ruler: RulerPrompts::new(model.tokenizer())?,
         part: Part::Evaluation,
         kv,
         window,

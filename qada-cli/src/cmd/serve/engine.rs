@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use qada_core::Accounting;
-use qada_model::session::PREFILL_BLOCK;
+use qada_model::PREFILL_BLOCK;
 use qada_model::{
     generate_after_prefill, GenerateConfig, Generation, Model, SamplingParams, Session,
     SessionCheckpoint, SessionOptions, StopReason,
@@ -482,7 +482,7 @@ impl Engine {
 /// K/V bytes a token takes in every layer of `model` in a cache of `dtype` (sliding layers
 /// counted in full: an upper bound); the unit of `--cache-mb`'s accounting.
 pub fn kv_bytes_per_token(model: &Model, dtype: qada_kv::KvDtype) -> u64 {
-    let c = &model.config();
+    let c = model.config();
     (2 * c.n_layers * dtype.bytes_for(c.n_kv_heads * c.head_dim)) as u64
 }
 

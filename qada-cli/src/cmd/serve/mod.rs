@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use qada_model::qlinear::ActPrecision;
+use qada_model::ActPrecision;
 use tokio::sync::Semaphore;
 
 use crate::common::{fail, load_model, CliResult, CriterionArgs, Fallback, ModelArgs};
@@ -85,7 +85,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
     base.window()?;
     // every session holds a share of the model, so it may live on any thread
     let model = Arc::new(model);
-    let c = &model.config();
+    let c = model.config();
     let per_token = engine::kv_bytes_per_token(&model, base.kv_dtype()?);
     let limit = match a.cache_mb {
         Some(mb) if mb > 0.0 && mb.is_finite() => (mb * 1e6) as u64,

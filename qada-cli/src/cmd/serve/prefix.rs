@@ -7,10 +7,10 @@
 //! A prompt keeps the marks at 1, 2, 4, 8, ... blocks and the last one before its end, so a
 //! kept session holds O(log n) checkpoints.
 //!
-//! [`PREFILL_BLOCK`]: qada_model::session::PREFILL_BLOCK
+//! [`PREFILL_BLOCK`]: qada_model::PREFILL_BLOCK
 //! [`Session::extend`]: qada_model::Session::extend
 
-use qada_model::session::PREFILL_BLOCK;
+use qada_model::PREFILL_BLOCK;
 
 /// A kept session (`S`) with its marks (`C`: checkpoints).
 pub struct Kept<S, C> {
