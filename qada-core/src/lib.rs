@@ -58,14 +58,12 @@
 
 pub mod accounting;
 pub mod adaptive;
-pub mod analysis;
 pub mod attention;
 pub mod criteria;
 mod criterion;
 mod error;
 pub mod group;
 pub mod lse;
-pub mod metrics;
 pub mod query;
 pub mod selection;
 

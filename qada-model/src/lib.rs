@@ -70,7 +70,6 @@ mod block;
 pub mod known_models;
 pub mod model;
 pub mod ops;
-pub mod probe;
 pub mod rope;
 mod rope_scaling;
 pub mod session;
@@ -83,10 +82,7 @@ pub use generate::{
     generate, generate_after_prefill, generate_until, GenerateConfig, Generation, Sampler,
     SamplingParams, StopReason,
 };
-pub mod eval;
 pub mod qlinear;
-
-pub use eval::{FidelityReference, FidelityStep, PasskeyPrompt, PasskeyTask};
 
 // Types users share across threads (a loaded model serves many sessions).
 const _: () = {
