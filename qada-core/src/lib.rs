@@ -59,7 +59,6 @@
 
 mod accounting;
 mod adaptive;
-pub mod analysis;
 // The kernels qada-model runs: public for it, not part of the API (see the module's doc).
 #[doc(hidden)]
 pub mod attention;
@@ -67,8 +66,7 @@ mod criteria;
 mod criterion;
 mod error;
 mod group;
-mod lse;
-pub mod metrics;
+pub mod lse;
 mod query;
 mod selection;
 
@@ -98,7 +96,6 @@ pub use criteria::{
 pub use criterion::{Decision, HeadInput, LocalityCriterion, Tau};
 pub use error::{CoreError, Result};
 pub use group::{GroupMode, Grouped};
-pub use lse::lse;
 pub use query::{
     compare_query, decide_query, Bulk, BulkSummaryData, Comparison, HeadQuery, PreparedQuery,
 };

@@ -140,7 +140,7 @@ proptest! {
         let exact = Oracle::log_bulk_mass(&inp).unwrap();
         let est = Approx::log_bulk_mass(&inp).unwrap();
         prop_assert!((exact - est).abs() < 0.15, "log A_bulk {exact} vs estimate {est}");
-        let log_odds = qada_core::lse(&ls) - exact;
+        let log_odds = qada_core::lse::lse(&ls) - exact;
         let threshold = (tau / (1.0 - tau)).ln();
         if (log_odds - threshold).abs() > 0.15 {
             let o = Oracle::new(tau).unwrap().decide(&inp).unwrap();

@@ -49,7 +49,6 @@ pub mod known_models;
 mod model;
 #[doc(hidden)]
 pub mod ops;
-pub mod probe;
 #[doc(hidden)]
 pub mod qlinear;
 pub mod quant;
@@ -59,11 +58,8 @@ mod session;
 mod strict;
 mod tokenizer;
 
-pub mod eval;
-
 pub use config::{LayerSpec, ModelConfig};
 pub use error::{ModelError, Result};
-pub use eval::{FidelityReference, FidelityStep, PasskeyPrompt, PasskeyTask};
 pub use generate::{
     generate, generate_after_prefill, generate_until, GenerateConfig, Generation, Sampler,
     SamplingParams, StopReason,

@@ -1,11 +1,10 @@
-//! `Model.analyze`'s result: `qada analyze`'s report (`qada_core::analysis::Report`) and every
+//! `Model.analyze`'s result: `qada analyze`'s report (`qada_eval::Report`) and every
 //! probe as a dict of numbers and numpy arrays.
 
 use numpy::{IntoPyArray, PyArray1};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use qada_core::analysis::{HeadProbe, Report};
-use qada_model::probe::ProbeRun;
+use qada_eval::{HeadProbe, ProbeRun, Report};
 
 /// The report's numbers, its per-head tables `(layers, heads)` and per-layer fractions, the
 /// probes as columns (`probes`: layer, head, bulk_len, log_local, log_bulk, log_bulk_hat, log_missed) and

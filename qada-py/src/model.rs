@@ -9,10 +9,10 @@ use std::sync::Arc;
 use pyo3::exceptions::PyFileNotFoundError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
-use qada_core::analysis::Report;
 use qada_core::{CriterionParams, Tau};
+use qada_eval::probe::probe_decode;
+use qada_eval::{ProbeOptions, Report};
 use qada_model::known_models::{repo_roots, resolve_model_file};
-use qada_model::probe::{probe_decode, ProbeOptions};
 use qada_model::ActPrecision;
 use qada_model::{
     generate_until, GenerateConfig, LoadOptions, Model, SamplingParams, Session, SessionOptions,

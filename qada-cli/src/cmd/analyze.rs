@@ -8,9 +8,9 @@
 
 use std::path::PathBuf;
 
-use qada_core::analysis::{Report, Summary};
 use qada_core::Tau;
-use qada_model::probe::{probe_decode, ProbeOptions};
+use qada_eval::probe::probe_decode;
+use qada_eval::{ProbeOptions, Report, Summary};
 use qada_model::ActPrecision;
 use serde_json::{json, Value};
 

@@ -10,6 +10,7 @@
 use std::path::PathBuf;
 
 use qada_core::{calibrate_head_taus, HeadObservation, Tau};
+use qada_eval::{DenseKeeping, Prober};
 use qada_model::ActPrecision;
 use qada_model::{Session, SessionOptions};
 
@@ -17,7 +18,6 @@ use super::calibration::{calibration_prompts, probe_prompts, PromptsArgs};
 use crate::common::{
     fail, load_model, reports_share, CliResult, CriterionArgs, Fallback, ModelArgs,
 };
-use qada_model::probe::{DenseKeeping, Prober};
 
 #[derive(clap::Args)]
 pub struct Args {

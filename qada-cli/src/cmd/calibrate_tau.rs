@@ -15,10 +15,10 @@
 use std::path::{Path, PathBuf};
 
 use qada_core::Tau;
+use qada_eval::{PasskeyTask, RulerPrompts};
 use qada_kv::WindowConfig;
-use qada_model::eval::ruler::RulerPrompts;
 use qada_model::ActPrecision;
-use qada_model::{Model, PasskeyTask};
+use qada_model::Model;
 
 use super::eval::configs::{configs, parse_groups, parse_list, parse_methods};
 use super::eval::records::RecordLog;

@@ -5,10 +5,9 @@
 
 use std::path::PathBuf;
 
-use qada_core::analysis::HeadProbe;
 use qada_core::{Dense, StaticCalibrator, StaticTable, Tau};
+use qada_eval::{HeadProbe, Prober};
 use qada_kv::{MomentsMode, WindowConfig};
-use qada_model::probe::Prober;
 use qada_model::{Model, Session, SessionOptions};
 use qada_stats::MomentTable;
 

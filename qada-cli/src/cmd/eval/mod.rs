@@ -1,7 +1,7 @@
 //! `qada eval`: quality against sparsity and K/V bytes on a real model, over RULER-style
 //! tasks, the passkey and next-token fidelity.
 //!
-//! Tasks (`qada_model::eval`), each prompt prefilled once densely and run under every
+//! Tasks (`qada_eval::tasks`), each prompt prefilled once densely and run under every
 //! configuration from the checkpoint after prefill:
 //! - **passkey**: a 5-digit pass key hidden at a depth of real corpus text;
 //! - the **RULER** tasks `niah-single`, `niah-multikey`, `niah-multivalue`, `niah-multiquery`,
@@ -20,10 +20,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use qada_core::{StaticTable, Tau};
+use qada_eval::{PasskeyTask, RulerPrompts};
 use qada_kv::WindowConfig;
-use qada_model::eval::ruler::RulerPrompts;
 use qada_model::ActPrecision;
-use qada_model::{Model, PasskeyTask};
+use qada_model::Model;
 use qada_stats::MomentTable;
 use serde_json::json;
 

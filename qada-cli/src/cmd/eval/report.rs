@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use qada_core::metrics::interpolate;
+use qada_eval::metrics::interpolate;
 use serde_json::json;
 
 use super::records::param_text;

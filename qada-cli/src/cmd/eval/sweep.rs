@@ -8,12 +8,12 @@
 
 use std::sync::Arc;
 
-use qada_kv::{KvDtype, WindowConfig};
-use qada_model::eval::ruler::{RulerPrompts, RulerTask};
-use qada_model::eval::{answer, dense_prefill, FidelityTotals, TaskPrompt};
-use qada_model::{
-    FidelityReference, Model, PasskeyTask, Session, SessionCheckpoint, SessionOptions,
+use qada_eval::tasks::{answer, dense_prefill};
+use qada_eval::{
+    FidelityReference, FidelityTotals, PasskeyTask, RulerPrompts, RulerTask, TaskPrompt,
 };
+use qada_kv::{KvDtype, WindowConfig};
+use qada_model::{Model, Session, SessionCheckpoint, SessionOptions};
 use qada_stats::MomentTable;
 
 use super::configs::{setup, Config};

@@ -5,16 +5,16 @@
 //! criterion reads) and, at the last prompt position and at every generated one, probe every
 //! global layer and query head: exact `ln A_bulk`, the criterion's `ln A_bulk_hat` (QAdA's
 //! Gaussian one, `ln T_bulk + mu_s + sigma_s^2 / 2`, by default) and `ln A_local`
-//! ([`qada_core::analysis::HeadProbe`]). Labels at any `tau` follow from the probes
-//! ([`qada_core::analysis::Report`]).
+//! ([`HeadProbe`]). Labels at any `tau` follow from the probes ([`crate::Report`]).
 
-use qada_core::analysis::{probe_layer, probe_layer_with, HeadProbe};
 use qada_core::{Decision, HeadInput, KvSegments, LocalityCriterion, Result as CoreResult};
 use qada_kv::{KvDtype, MomentsMode, WindowConfig};
+use qada_model::{
+    Model, ModelError, Result, Sampler, SamplingParams, Session, SessionOptions, StepObserver,
+};
 use qada_stats::BulkSummaries;
 
-use crate::session::StepObserver;
-use crate::{Model, ModelError, Result, Sampler, SamplingParams, Session, SessionOptions};
+use crate::analysis::{probe_layer, probe_layer_with, HeadProbe};
 
 /// Collects the probes of every global layer at every observed step: QAdA's estimate, or
 /// that of `estimator` when given.
@@ -97,7 +97,7 @@ pub fn probe_decode(
     estimator: Option<Box<dyn LocalityCriterion>>,
     progress: &mut (dyn FnMut(usize, usize) + Send),
 ) -> Result<ProbeRun> {
-    let ctx = model.config.context_length;
+    let ctx = model.config().context_length;
     if tokens.len() < 2 {
         return Err(ModelError::Input(
             "the prompt needs at least 2 tokens (the last one is probed after the others are \

@@ -1,7 +1,7 @@
 //! Evaluation tasks on a real model, one per module, each measured against dense decoding:
 //!
 //! - [`passkey`]: a RULER-style needle, a 5-digit pass key hidden at a depth of haystack text
-//!   and asked for at the end; scored by [`qada_core::metrics::recall`].
+//!   and asked for at the end; scored by [`crate::metrics::recall`].
 //! - [`ruler`]: RULER's synthetic tasks (needles, variable tracking, common and frequent
 //!   words), regenerated from a seed over haystack text, scored the same way.
 //! - [`fidelity`]: teacher-forced steps after a dense prefill, compared step by step with the
@@ -24,8 +24,7 @@ pub use task::{answer, TaskPrompt};
 use qada_core::Dense;
 use qada_kv::MomentsMode;
 
-use crate::session::{Session, SessionCheckpoint};
-use crate::Result;
+use qada_model::{Result, Session, SessionCheckpoint};
 
 /// Forget what `session` held, prefill `ids` densely with bulk moments that follow the keys
 /// (`MomentsMode::Update`), and return the checkpoint after prefill, from which every

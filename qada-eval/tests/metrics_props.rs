@@ -1,7 +1,7 @@
-//! Properties of the quality metrics (`qada_core::metrics`).
+//! Properties of the quality metrics (`qada_eval::metrics`).
 
 use proptest::prelude::*;
-use qada_core::metrics::{interpolate, kl_divergence, log_softmax, recall, top1_agreement};
+use qada_eval::metrics::{interpolate, kl_divergence, log_softmax, recall, top1_agreement};
 
 /// Logits on a 1/64 grid, so that adding an integer shift is exact in f32.
 fn grid_logits() -> impl Strategy<Value = Vec<f32>> {

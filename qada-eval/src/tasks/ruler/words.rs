@@ -13,14 +13,13 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+use qada_model::{ModelError, Result, Tokenizer};
 use rand::seq::SliceRandom;
 use rand::Rng;
 
 use super::values::{coded_word, distinct};
 use super::{Context, Frame, RulerPrompts, RulerTask};
-use crate::eval::task::TaskPrompt;
-use crate::tokenizer::Tokenizer;
-use crate::{ModelError, Result};
+use crate::tasks::task::TaskPrompt;
 
 /// Words the `cwe` answer names.
 pub const COMMON: usize = 10;

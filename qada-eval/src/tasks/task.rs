@@ -1,14 +1,11 @@
 //! What every generated task hands the evaluation loop: the prompt's tokens, the strings a
 //! correct answer contains, and how many tokens an answer may take. The score is RULER's
-//! `string_match_all`, [`qada_core::metrics::recall`]: the share of the expected strings the
+//! `string_match_all`, [`crate::metrics::recall`]: the share of the expected strings the
 //! answer contains.
 
 use std::ops::Range;
 
-use crate::generate::{Sampler, SamplingParams};
-use crate::session::Session;
-use crate::tokenizer::StreamDecoder;
-use crate::Result;
+use qada_model::{Result, Sampler, SamplingParams, Session, StreamDecoder};
 
 /// One prompt of any task, ready to prefill.
 #[derive(Clone, Debug, PartialEq)]
@@ -34,7 +31,7 @@ impl TaskPrompt {
     /// The score of an answer: the share of [`TaskPrompt::expected`] it contains, ignoring
     /// case, in `[0, 1]`.
     pub fn score(&self, answer: &str) -> f64 {
-        qada_core::metrics::recall(answer, &self.expected)
+        crate::metrics::recall(answer, &self.expected)
     }
 
     /// Prompt length in tokens.
@@ -53,7 +50,7 @@ impl TaskPrompt {
 /// session's accounting covers the whole answer.
 pub fn answer(session: &mut Session<'_>, max_tokens: usize) -> Result<String> {
     let model = session.model_handle();
-    let tok = &model.tokenizer;
+    let tok = &model.tokenizer();
     let mut sampler = Sampler::new(SamplingParams::default())?;
     let mut next = sampler.sample(session.logits())?;
     let mut dec = StreamDecoder::new();

@@ -6,12 +6,11 @@
 //! - top-1 agreement `argmax q = argmax p`,
 //! - `KL(p || q)`,
 //!
-//! where `p` is the dense distribution and `q` the one under test (see [`qada_core::metrics`]).
+//! where `p` is the dense distribution and `q` the one under test (see [`crate::metrics`]).
 
-use qada_core::metrics::{kl_divergence, log_softmax, nll, top1_agreement};
+use qada_model::{ModelError, Result, Session, SessionCheckpoint};
 
-use crate::session::{Session, SessionCheckpoint};
-use crate::{ModelError, Result};
+use crate::metrics::{kl_divergence, log_softmax, nll, top1_agreement};
 
 /// The dense side of the comparison for one text: the checkpoint after its dense prefill and
 /// the dense log-probabilities at each teacher-forced step.

@@ -11,12 +11,12 @@
 //! The first key's first value sits at the depth asked for, every other statement at a depth
 //! drawn uniformly from the seed, as RULER spreads its needles.
 
+use qada_model::Result;
 use rand::Rng;
 
 use super::values::{distinct, word_pair, ValueKind};
 use super::{Context, Frame, RulerPrompts, RulerTask};
-use crate::eval::task::TaskPrompt;
-use crate::Result;
+use crate::tasks::task::TaskPrompt;
 
 /// The statement hiding `value` for `key`, as inserted in the haystack.
 pub(super) fn needle(kind_plural: &str, key: &str, value: &str) -> String {

@@ -10,13 +10,12 @@
 //! loses, the quantity `1 - tau` bounds.
 
 use ndarray::Array2;
+use qada_core::attention::{scores, KvSegments};
+use qada_core::lse::{log_local_share, lse, lse2};
+use qada_core::{GroupRead, PageSelection};
+use qada_core::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
 use qada_stats::GaussianScore;
 use statrs::statistics::{Data, OrderStatistics, Statistics};
-
-use crate::attention::{scores, KvSegments};
-use crate::lse::{log_local_share, lse, lse2};
-use crate::selection::{GroupRead, PageSelection};
-use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
 
 /// The masses of one query head at one step.
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -1,16 +1,14 @@
-//! The evaluation tasks (`qada_model::eval`) on the real model's tokenizer and weights.
+//! The evaluation tasks (`qada_eval::tasks`) on the real model's tokenizer and weights.
 
 mod common;
 
 use std::sync::OnceLock;
 
 use qada_core::{Dense, Window};
+use qada_eval::tasks::passkey::{self, SENTENCE_SEARCH};
+use qada_eval::{FidelityReference, FidelityTotals, PasskeyTask};
 use qada_kv::WindowConfig;
-use qada_model::eval::fidelity::FidelityTotals;
-use qada_model::eval::passkey::{self, SENTENCE_SEARCH};
-use qada_model::{
-    FidelityReference, LoadOptions, Model, ModelError, PasskeyTask, Session, SessionOptions,
-};
+use qada_model::{LoadOptions, Model, ModelError, Session, SessionOptions};
 
 fn model() -> &'static Model {
     static M: OnceLock<Model> = OnceLock::new();
@@ -117,7 +115,7 @@ fn the_same_seed_gives_the_same_prompts_and_another_seed_other_keys() {
     let b = task.trials(&hay, &lengths, &depths, 1000).unwrap();
     assert_eq!(a, b);
     let c = task.trials(&hay, &lengths, &depths, 1001).unwrap();
-    let keys = |v: &[qada_model::PasskeyPrompt]| v.iter().map(|p| p.key).collect::<Vec<_>>();
+    let keys = |v: &[qada_eval::PasskeyPrompt]| v.iter().map(|p| p.key).collect::<Vec<_>>();
     assert_ne!(keys(&a), keys(&c));
     assert!(a.iter().zip(&c).all(|(x, y)| x.ids != y.ids));
     // within one seed the keys vary from trial to trial
@@ -149,7 +147,7 @@ fn dense_decoding_finds_a_passkey_in_a_short_prompt() {
         SessionOptions::new(Box::new(Dense), WindowConfig::new(16, 128).unwrap()),
     )
     .unwrap();
-    let cp = qada_model::eval::dense_prefill(&mut session, &prompt.ids).unwrap();
+    let cp = qada_eval::tasks::dense_prefill(&mut session, &prompt.ids).unwrap();
     let answer = passkey::answer(&mut session).unwrap();
     assert!(session.len() <= 400 + passkey::ANSWER_TOKENS);
     assert_eq!(

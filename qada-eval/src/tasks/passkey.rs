@@ -9,13 +9,11 @@
 
 use std::ops::Range;
 
+use qada_model::{ModelError, Result, Session, Tokenizer};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::task::TaskPrompt;
-use crate::session::Session;
-use crate::tokenizer::Tokenizer;
-use crate::{ModelError, Result};
 
 /// Tokens generated for an answer (a 5-digit key and a little slack).
 pub const ANSWER_TOKENS: usize = 8;
@@ -60,10 +58,10 @@ impl PasskeyPrompt {
         self.key.to_string()
     }
 
-    /// The score of an answer, [`qada_core::metrics::recall`] of the key: 1 if the answer
+    /// The score of an answer, [`crate::metrics::recall`] of the key: 1 if the answer
     /// contains it, else 0.
     pub fn score(&self, answer: &str) -> f64 {
-        qada_core::metrics::recall(answer, &[self.expected()])
+        crate::metrics::recall(answer, &[self.expected()])
     }
 
     /// The prompt as every task gives it to the evaluation loop.

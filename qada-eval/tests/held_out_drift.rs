@@ -18,7 +18,7 @@
 
 mod common;
 
-use qada_core::metrics::{kl_divergence, log_softmax, nll, top1_agreement};
+use qada_eval::metrics::{kl_divergence, log_softmax, nll, top1_agreement};
 use qada_kv::{KvDtype, WindowConfig};
 use qada_model::ActPrecision;
 use qada_model::{Model, Session, SessionOptions, WeightFormat};

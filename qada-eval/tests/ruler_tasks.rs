@@ -1,4 +1,4 @@
-//! RULER's synthetic tasks (`qada_model::eval::ruler`) on the real model's tokenizer, over the
+//! RULER's synthetic tasks (`qada_eval::tasks::ruler`) on the real model's tokenizer, over the
 //! evaluation half of the speech corpus (1900 on) as haystack.
 
 mod common;
@@ -8,10 +8,10 @@ use std::sync::OnceLock;
 
 use proptest::prelude::*;
 use qada_core::Dense;
+use qada_eval::tasks::passkey::SENTENCE_SEARCH;
+use qada_eval::tasks::ruler::solve;
+use qada_eval::{RulerPrompts, RulerTask, TaskPrompt};
 use qada_kv::WindowConfig;
-use qada_model::eval::passkey::SENTENCE_SEARCH;
-use qada_model::eval::ruler::{solve, RulerPrompts, RulerTask};
-use qada_model::eval::TaskPrompt;
 use qada_model::{LoadOptions, Model, ModelError, Session, SessionOptions, Tokenizer};
 
 fn model() -> &'static Model {
@@ -266,8 +266,8 @@ fn dense_answers_one_prompt_of_each_task() {
         .chain(others)
     {
         let p = r.prompt(task, haystack(), 1000, 0.5, seed).unwrap();
-        qada_model::eval::dense_prefill(&mut session, &p.ids).unwrap();
-        let answer = qada_model::eval::answer(&mut session, p.answer_tokens).unwrap();
+        qada_eval::tasks::dense_prefill(&mut session, &p.ids).unwrap();
+        let answer = qada_eval::tasks::answer(&mut session, p.answer_tokens).unwrap();
         println!(
             "{task:?} seed {seed}: expected {:?}, answer {answer:?}, score {}",
             p.expected,

@@ -5,12 +5,12 @@
 //! The chain's first link sits at the depth asked for and the others follow it in order at
 //! depths drawn uniformly in `[depth, 1]`; the distractor's links are spread over `[0, 1]`.
 
+use qada_model::Result;
 use rand::Rng;
 
 use super::values::{distinct, var_name};
 use super::{Context, Frame, RulerPrompts, RulerTask};
-use crate::eval::task::TaskPrompt;
-use crate::Result;
+use crate::tasks::task::TaskPrompt;
 
 /// Variables in a chain (RULER's `num_hops` 4: four hops after the first assignment).
 pub const LINKS: usize = 5;

@@ -4,8 +4,8 @@ mod common;
 
 use common::Head;
 use proptest::prelude::*;
-use qada_core::analysis::{probe_layer, probe_layer_with};
 use qada_core::{Approx, Dense, KvSegments, Oracle, Window};
+use qada_eval::analysis::{probe_layer, probe_layer_with};
 
 fn layer() -> impl Strategy<Value = (Vec<Head>, Vec<f32>)> {
     (1usize..5, 1usize..3, 1usize..4, 20usize..90).prop_flat_map(|(d, n_kv, group, t)| {

@@ -25,13 +25,12 @@ pub use solve::solve;
 
 use std::ops::Range;
 
+use qada_model::{ModelError, Result, Tokenizer};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
 use super::passkey::SENTENCE_SEARCH;
 use super::task::TaskPrompt;
-use crate::tokenizer::Tokenizer;
-use crate::{ModelError, Result};
 
 /// Context tokens a prompt must keep beyond its needles.
 pub const MIN_HAYSTACK: usize = 16;
