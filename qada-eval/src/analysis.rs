@@ -12,8 +12,8 @@
 use ndarray::Array2;
 use qada_core::attention::{scores, KvSegments};
 use qada_core::lse::{log_local_share, lse, lse2};
-use qada_core::{GroupRead, PageSelection};
 use qada_core::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
+use qada_core::{GroupRead, PageSelection};
 use qada_stats::GaussianScore;
 use statrs::statistics::{Data, OrderStatistics, Statistics};
 
