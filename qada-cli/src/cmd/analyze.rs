@@ -10,8 +10,8 @@ use std::path::PathBuf;
 
 use qada_core::Tau;
 use qada_eval::probe::probe_decode;
-use qada_eval::{ProbeOptions, Report, Summary};
-use qada_model::ActPrecision;
+use qada_eval::{ProbeOptions, ProbeRun, Report, Summary};
+use qada_model::{ActPrecision, Model, ModelConfig};
 use serde_json::{json, Value};
 
 use crate::common::{
@@ -81,33 +81,15 @@ pub fn run(mut a: Args) -> CliResult<()> {
     }
     let tau = Tau::new(a.criterion.tau())?;
     let tokens = a.prompt.tokens(&model)?;
+    let run = probe(&a, &model, &tokens)?;
     let c = model.config();
-    let window = a.criterion.window()?;
-    // approx keeps the Gaussian probe (cheaper, and tau-free); any other criterion is asked
-    let estimator = match a.criterion.name() {
-        "approx" => None,
-        _ => Some(a.criterion.criterion(&model)?),
-    };
-    let name = a.criterion.name().to_string();
-    let opts = ProbeOptions {
-        window,
-        moments: a.criterion.moments(&model)?,
-        kv_dtype: a.criterion.kv_dtype()?,
-        steps: a.steps,
-    };
-    let pb = progress_bar(tokens.len().saturating_sub(1) as u64, "prefill");
-    let run = probe_decode(&model, &tokens, opts, estimator, &mut |done, _| {
-        pb.set_position(done as u64)
-    });
-    pb.finish_and_clear();
-    let run = run?;
-    let generated = run.generated;
     let r = Report::new(&run.probes, tau, c.n_layers, c.n_heads);
-    let label = match name.as_str() {
-        "approx" => "approx (QAdA)".to_string(),
-        n => n.to_string(),
-    };
+    let name = a.criterion.name();
     if let Some(path) = &a.plot {
+        let label = match name {
+            "approx" => "approx (QAdA)",
+            n => n,
+        };
         plot::heatmaps(
             path,
             &format!(
@@ -117,7 +99,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
             ),
             [
                 ("oracle", &r.per_head_frac_long_oracle),
-                (label.as_str(), &r.per_head_frac_long_approx),
+                (label, &r.per_head_frac_long_approx),
             ],
             c.n_layers,
             c.n_heads,
@@ -129,14 +111,50 @@ pub fn run(mut a: Args) -> CliResult<()> {
         v["steps"] = json!(a.steps);
         v["moments"] = json!(a.criterion.moments);
         v["criterion"] = json!(name);
-        v["generated_ids"] = json!(generated);
+        v["generated_ids"] = json!(run.generated);
         println!("{v}");
         return Ok(());
     }
+    print_report(&a, &r, &run, tokens.len(), c, tau)
+}
+
+/// Dense greedy decoding of the prompt with the criterion probed against the oracle at every
+/// position, a progress bar over the prefill.
+fn probe(a: &Args, model: &Model, tokens: &[u32]) -> CliResult<ProbeRun> {
+    // approx keeps the Gaussian probe (cheaper, and tau-free); any other criterion is asked
+    let estimator = match a.criterion.name() {
+        "approx" => None,
+        _ => Some(a.criterion.criterion(model)?),
+    };
+    let opts = ProbeOptions {
+        window: a.criterion.window()?,
+        moments: a.criterion.moments(model)?,
+        kv_dtype: a.criterion.kv_dtype()?,
+        steps: a.steps,
+    };
+    let pb = progress_bar(tokens.len().saturating_sub(1) as u64, "prefill");
+    let run = probe_decode(model, tokens, opts, estimator, &mut |done, _| {
+        pb.set_position(done as u64)
+    });
+    pb.finish_and_clear();
+    Ok(run?)
+}
+
+/// The report as text: agreement with the oracle, the Gaussian's error, the mass left out
+/// (and the decisions that lost the most), then per layer.
+fn print_report(
+    a: &Args,
+    r: &Report,
+    run: &ProbeRun,
+    n_tokens: usize,
+    c: &ModelConfig,
+    tau: Tau,
+) -> CliResult<()> {
+    let name = a.criterion.name();
+    let window = a.criterion.window()?;
     let ag = &r.agreement;
     println!(
-        "prompt {} tokens, {} positions probed, {} (position, layer, head) decisions",
-        tokens.len(),
+        "prompt {n_tokens} tokens, {} positions probed, {} (position, layer, head) decisions",
         a.steps + 1,
         r.count
     );
@@ -177,7 +195,13 @@ pub fn run(mut a: Args) -> CliResult<()> {
          median {:.4}, max {:.4}; above 1 - tau in {:.3} of the decisions",
         m.mean, m.median, r.missed_share_max, r.frac_over_budget
     );
-    // the decisions that lost the most: a local call (the estimate's) or a read too narrow
+    print_worst(r, run, tau);
+    print_layers(r, c);
+    Ok(())
+}
+
+/// The decisions that lost the most: a local call (the estimate's) or a read too narrow.
+fn print_worst(r: &Report, run: &ProbeRun, tau: Tau) {
     let mut worst: Vec<_> = run
         .probes
         .iter()
@@ -197,6 +221,11 @@ pub fn run(mut a: Args) -> CliResult<()> {
             p.oracle_share().exp()
         );
     }
+}
+
+/// Per layer: the fraction local of the oracle and the criterion, the mass left out, and the
+/// oracle's long-context frequency per head.
+fn print_layers(r: &Report, c: &ModelConfig) {
     println!("per layer, fraction local (oracle / approx), mean mass left out:");
     for l in 0..c.n_layers {
         if let Some(w) = c.layers[l].span.window() {
@@ -216,5 +245,4 @@ pub fn run(mut a: Args) -> CliResult<()> {
             heads.join(" ")
         );
     }
-    Ok(())
 }

@@ -358,30 +358,10 @@ pub fn run(a: Args) -> CliResult<()> {
     }
     let methods = parse_methods(&a.methods)?;
     let groups = parse_groups(&a.groups)?;
-    let taus = match &a.taus {
-        Some(t) => parse_list("--taus", t)?,
-        None if a.quick => QUICK_TAUS.to_vec(),
-        None => FULL_TAUS.to_vec(),
-    };
-    let alphas = match &a.alphas {
-        Some(t) => parse_list("--alphas", t)?,
-        None if a.quick => QUICK_ALPHAS.to_vec(),
-        None => FULL_ALPHAS.to_vec(),
-    };
+    let (taus, alphas) = (a.taus()?, a.alphas()?);
     let model_path = crate::common::resolve_model(a.model.model.as_deref())?;
     let model = load_model(&a.model, ActPrecision::F32)?;
-    let ctx = model.config().context_length;
-    let lengths: Vec<usize> = match &a.lengths {
-        Some(l) => parse_list("--lengths", l)?,
-        None if a.quick => vec![1024],
-        None => default_lengths(ctx),
-    };
-    if let Some(&l) = lengths.iter().find(|&&l| l + ANSWER_ROOM > ctx) {
-        return fail(format!(
-            "--lengths: {l} tokens and room for the answer ({ANSWER_ROOM}) exceed the model's \
-             context of {ctx}"
-        ));
-    }
+    let lengths = a.lengths(model.config().context_length)?;
     let samples = a.samples.unwrap_or(if a.quick { 1 } else { 4 });
     if samples == 0 {
         return fail("--samples must be at least 1");
@@ -395,22 +375,7 @@ pub fn run(a: Args) -> CliResult<()> {
     let started = std::time::Instant::now();
     let (table, statics) = tables(&a, &methods, &model, &corpus, window)?;
     if a.tables_only {
-        let made: Vec<&str> = [
-            ("moments.qmom", table.is_some()),
-            ("static.qsta", statics.is_some()),
-        ]
-        .iter()
-        .filter(|t| t.1)
-        .map(|t| t.0)
-        .collect();
-        if made.is_empty() {
-            eprintln!(
-                "--tables-only: --methods {} needs no calibration table",
-                a.methods
-            );
-        } else {
-            eprintln!("{} in {}", made.join(" and "), a.out_dir.display());
-        }
+        say_tables_made(&a, table.is_some(), statics.is_some());
         return Ok(());
     }
     let table = table.map(Arc::new);
@@ -420,20 +385,8 @@ pub fn run(a: Args) -> CliResult<()> {
         None => None,
         Some(sh) => {
             units = shard::units_of(&units, sh, |&(_, len)| (len * samples) as u64);
-            let f = ShardFile {
-                k: sh.k,
-                n: sh.n,
-                sweep: sweep_definition(&tasks, &lengths, samples, &cfgs, !a.no_gate),
-                units: units
-                    .iter()
-                    .map(|&(t, l)| (t.name().to_string(), l))
-                    .collect(),
-                finished: false,
-            };
-            if a.resume {
-                f.check_resume(&a.out_dir)?;
-            }
-            f.write(&a.out_dir)?;
+            let sweep = sweep_definition(&tasks, &lengths, samples, &cfgs, !a.no_gate);
+            let f = start_shard(&a, sh, &units, sweep)?;
             eprintln!(
                 "shard {sh}: {} of the sweep's {} (task, length) units",
                 units.len(),
@@ -478,6 +431,85 @@ pub fn run(a: Args) -> CliResult<()> {
         a.out_dir.display()
     );
     Ok(())
+}
+
+impl Args {
+    /// `--taus`, or the quick or full sweep's.
+    fn taus(&self) -> CliResult<Vec<f64>> {
+        match &self.taus {
+            Some(t) => parse_list("--taus", t),
+            None if self.quick => Ok(QUICK_TAUS.to_vec()),
+            None => Ok(FULL_TAUS.to_vec()),
+        }
+    }
+
+    /// `--alphas`, or the quick or full sweep's.
+    fn alphas(&self) -> CliResult<Vec<f64>> {
+        match &self.alphas {
+            Some(t) => parse_list("--alphas", t),
+            None if self.quick => Ok(QUICK_ALPHAS.to_vec()),
+            None => Ok(FULL_ALPHAS.to_vec()),
+        }
+    }
+
+    /// `--lengths`, or the quick or full sweep's for a context of `ctx`; each with room for
+    /// the answer.
+    fn lengths(&self, ctx: usize) -> CliResult<Vec<usize>> {
+        let lengths: Vec<usize> = match &self.lengths {
+            Some(l) => parse_list("--lengths", l)?,
+            None if self.quick => vec![1024],
+            None => default_lengths(ctx),
+        };
+        if let Some(&l) = lengths.iter().find(|&&l| l + ANSWER_ROOM > ctx) {
+            return fail(format!(
+                "--lengths: {l} tokens and room for the answer ({ANSWER_ROOM}) exceed the \
+                 model's context of {ctx}"
+            ));
+        }
+        Ok(lengths)
+    }
+}
+
+/// `--tables-only`: which tables were made, or that the methods need none.
+fn say_tables_made(a: &Args, moments: bool, statics: bool) {
+    let made: Vec<&str> = [("moments.qmom", moments), ("static.qsta", statics)]
+        .iter()
+        .filter(|t| t.1)
+        .map(|t| t.0)
+        .collect();
+    if made.is_empty() {
+        eprintln!(
+            "--tables-only: --methods {} needs no calibration table",
+            a.methods
+        );
+    } else {
+        eprintln!("{} in {}", made.join(" and "), a.out_dir.display());
+    }
+}
+
+/// The shard's `shard.json`, written (after checking, on `--resume`, that the folder holds
+/// the same shard of the same sweep).
+fn start_shard(
+    a: &Args,
+    sh: Shard,
+    units: &[(EvalTask, usize)],
+    sweep: serde_json::Value,
+) -> CliResult<ShardFile> {
+    let f = ShardFile {
+        k: sh.k,
+        n: sh.n,
+        sweep,
+        units: units
+            .iter()
+            .map(|&(t, l)| (t.name().to_string(), l))
+            .collect(),
+        finished: false,
+    };
+    if a.resume {
+        f.check_resume(&a.out_dir)?;
+    }
+    f.write(&a.out_dir)?;
+    Ok(f)
 }
 
 #[cfg(test)]
