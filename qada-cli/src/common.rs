@@ -58,7 +58,7 @@ pub struct ModelArgs {
     /// Weights: native (kept in their GGUF blocks, quantized products) or f32 (dequantized at
     /// load: the exact reference path, four times the memory traffic).
     #[arg(long, default_value = "native")]
-    pub weights: String,
+    pub weights: WeightFormat,
     /// Activations in quantized products: int8 (8 bits per 32 values, llama.cpp's scheme:
     /// integer kernels in decoding and prefill, up to twice as fast in prefill; on held-out
     /// text it moves the next-token distribution by a mean KL of 1-4e-3 nats and perplexity by
@@ -66,7 +66,7 @@ pub struct ModelArgs {
     /// generate and bench, f32 for the commands that measure (analyze, eval, calibrate), so
     /// their figures stay those of the exact path.
     #[arg(long)]
-    pub activations: Option<String>,
+    pub activations: Option<ActPrecision>,
     /// Most tokens a sequence may hold: the file's context length, or less (a smaller cache
     /// and earlier refusals; sliding-window layers keep their window whatever it is).
     #[arg(long)]
@@ -75,11 +75,8 @@ pub struct ModelArgs {
 
 impl ModelArgs {
     /// The activations `--activations` asks for, or the command's `default`.
-    pub fn precision(&self, default: ActPrecision) -> CliResult<ActPrecision> {
-        match self.activations.as_deref() {
-            None => Ok(default),
-            Some(x) => x.parse().map_err(|e| format!("--activations: {e}").into()),
-        }
+    pub fn precision(&self, default: ActPrecision) -> ActPrecision {
+        self.activations.unwrap_or(default)
     }
 }
 
@@ -87,16 +84,10 @@ impl ModelArgs {
 /// otherwise.
 pub fn load_model(a: &ModelArgs, default: ActPrecision) -> CliResult<Model> {
     let path = resolve_model(a.model.as_deref())?;
-    let weights = match a.weights.as_str() {
-        "native" => WeightFormat::Native,
-        "f32" => WeightFormat::F32,
-        w => return fail(format!("--weights {w:?}: use native or f32")),
-    };
-    let activations = a.precision(default)?;
     let opts = LoadOptions {
         rope_base: a.rope_base,
-        weights,
-        activations,
+        weights: a.weights,
+        activations: a.precision(default),
     };
     let mut model = Model::load(&path, &opts).map_err(|e| format!("{}: {e}", path.display()))?;
     if let Some(n) = a.ctx {
@@ -244,7 +235,7 @@ pub struct CriterionArgs {
     /// local only when every head of it is: the bulk is read for all or none) or mass (one
     /// decision from the group's summed local and bulk masses).
     #[arg(long, default_value = "head")]
-    pub group: String,
+    pub group: GroupMode,
     /// Attention sink size T_sink (default 16).
     #[arg(long)]
     pub sink: Option<usize>,
@@ -276,12 +267,35 @@ pub struct CriterionArgs {
     /// 16.4 and 6 greedy changes in 48 steps on Qwen2.5-0.5B, whose keys have outlier
     /// channels: tests/kv_q8.rs).
     #[arg(long, default_value = "f16")]
-    pub kv: String,
+    pub kv: KvDtype,
 }
 
-/// The cache element type a `--kv` value names.
-pub fn parse_kv(kv: &str) -> CliResult<KvDtype> {
-    kv.parse().map_err(|e| format!("--kv: {e}").into())
+/// The local window of a command that sets it alone: `--sink` and `--local`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct WindowArgs {
+    /// Attention sink size T_sink.
+    #[arg(long, default_value_t = 16)]
+    pub sink: usize,
+    /// Local window size T_local, sink included.
+    #[arg(long, default_value_t = 128)]
+    pub local: usize,
+}
+
+impl WindowArgs {
+    /// Sink and window sizes, checked.
+    pub fn window(&self) -> CliResult<WindowConfig> {
+        Ok(WindowConfig::new(self.sink, self.local)?)
+    }
+}
+
+/// The cache a sweep decodes with (eval, calibrate tau): the window and `--kv`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct CacheArgs {
+    #[command(flatten)]
+    pub window: WindowArgs,
+    /// Element type of the KV cache: f16, f32 or q8 (as `qada generate --kv`).
+    #[arg(long, default_value = "f16")]
+    pub kv: KvDtype,
 }
 
 /// What a command decides with when neither `--criterion` nor `--setting` is given.
@@ -336,7 +350,10 @@ impl CriterionArgs {
 
     /// True when a flag a setting fixes was given (then no setting is applied silently).
     fn tuned(&self) -> bool {
-        self.tau.is_some() || self.group != "head" || self.sink.is_some() || self.local.is_some()
+        self.tau.is_some()
+            || self.group != GroupMode::Head
+            || self.sink.is_some()
+            || self.local.is_some()
     }
 
     /// Take the criterion and its parameters from `--setting`, or from `fallback` when no
@@ -390,7 +407,10 @@ impl CriterionArgs {
         }
         self.criterion = Some(setting.criterion.clone());
         self.tau = setting.tau;
-        self.group = setting.group.clone();
+        self.group = setting
+            .group
+            .parse()
+            .map_err(|e| format!("{source}: group: {e}"))?;
         self.page = setting.page;
         self.channels = setting.channels;
         self.clusters = setting.clusters;
@@ -406,7 +426,7 @@ impl CriterionArgs {
 
     /// The criterion, deciding per group as `--group` says.
     pub fn criterion(&self, model: &Model) -> CliResult<Box<dyn LocalityCriterion>> {
-        let mode: GroupMode = self.group.parse().map_err(|e| format!("--group: {e}"))?;
+        let mode = self.group;
         let mut c = self.head_criterion(model)?;
         let ctx = model.config().context_length;
         if c.bulk_summaries().page.is_some_and(|page| page > ctx) {
@@ -470,8 +490,8 @@ impl CriterionArgs {
     }
 
     /// Element type of the KV cache.
-    pub fn kv_dtype(&self) -> CliResult<KvDtype> {
-        parse_kv(&self.kv)
+    pub fn kv_dtype(&self) -> KvDtype {
+        self.kv
     }
 
     /// Sink and window sizes.
@@ -506,8 +526,8 @@ impl CriterionArgs {
                 self.sink(),
                 self.local(),
                 self.moments,
-                match self.group.as_str() {
-                    "head" => String::new(),
+                match self.group {
+                    GroupMode::Head => String::new(),
                     g => format!(", group {g}"),
                 },
                 match &self.head_taus {

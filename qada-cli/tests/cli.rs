@@ -185,7 +185,7 @@ fn generate_defaults_to_int8_activations_and_names_them() {
     assert_eq!(v["activations"], "f32", "{v}");
     assert_clean_failure(
         &generate_json(m, &["--activations", "f16"]),
-        "--activations: unknown activation precision \"f16\": use f32 or int8",
+        "invalid value 'f16' for '--activations <ACTIVATIONS>': unknown activation precision \"f16\": use f32 or int8",
     );
 }
 

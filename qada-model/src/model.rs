@@ -73,6 +73,35 @@ pub enum WeightFormat {
     F32,
 }
 
+impl WeightFormat {
+    /// `native` or `f32`.
+    pub fn name(self) -> &'static str {
+        match self {
+            WeightFormat::Native => "native",
+            WeightFormat::F32 => "f32",
+        }
+    }
+}
+
+impl std::fmt::Display for WeightFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for WeightFormat {
+    type Err = ModelError;
+    /// The format [`WeightFormat::name`] names.
+    fn from_str(s: &str) -> Result<Self> {
+        [WeightFormat::Native, WeightFormat::F32]
+            .into_iter()
+            .find(|w| w.name() == s)
+            .ok_or_else(|| {
+                ModelError::Input(format!("unknown weight format {s:?}: use native or f32"))
+            })
+    }
+}
+
 /// Options for loading.
 #[derive(Clone, Debug, Default)]
 pub struct LoadOptions {

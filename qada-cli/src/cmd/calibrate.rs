@@ -11,11 +11,10 @@ use std::path::PathBuf;
 
 use clap::Subcommand;
 use qada_core::Tau;
-use qada_kv::WindowConfig;
 use qada_model::ActPrecision;
 
 use super::calibration::{calibration_prompts, moment_table, static_table, PromptsArgs};
-use crate::common::{load_model, CliResult, ModelArgs};
+use crate::common::{load_model, CliResult, ModelArgs, WindowArgs};
 use crate::corpus::Corpus;
 
 #[derive(clap::Args)]
@@ -68,12 +67,8 @@ struct StaticArgs {
     /// Threshold of the oracle labels.
     #[arg(long, default_value_t = 0.6)]
     tau_static: f64,
-    /// Attention sink size.
-    #[arg(long, default_value_t = 16)]
-    sink: usize,
-    /// Local window size.
-    #[arg(long, default_value_t = 128)]
-    local: usize,
+    #[command(flatten)]
+    window: WindowArgs,
     /// Output file.
     #[arg(long, default_value = "static.qsta")]
     out: PathBuf,
@@ -111,7 +106,7 @@ fn moments(a: MomentsArgs) -> CliResult<()> {
 fn static_heads(a: StaticArgs) -> CliResult<()> {
     let tau = Tau::new(a.tau_static)?;
     let model = load_model(&a.model, ActPrecision::F32)?;
-    let window = WindowConfig::new(a.sink, a.local)?;
+    let window = a.window.window()?;
     let prompts = calibration_prompts(&model, &a.prompts, window)?;
     let table = static_table(&model, &prompts, window, a.prompts.steps, tau)?;
     table.save(&a.out)?;

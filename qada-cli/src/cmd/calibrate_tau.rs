@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 
 use qada_core::Tau;
 use qada_eval::{PasskeyTask, RulerPrompts};
-use qada_kv::WindowConfig;
 use qada_model::ActPrecision;
 use qada_model::Model;
 
@@ -25,7 +24,7 @@ use super::eval::records::RecordLog;
 use super::eval::rows::{rows, Row, ACCURACY};
 use super::eval::sweep::{units, EvalTask, Sweep};
 use super::eval::ANSWER_ROOM;
-use crate::common::{fail, load_model, parse_kv, CliResult, ModelArgs};
+use crate::common::{fail, load_model, CacheArgs, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part, SPLIT_YEAR};
 use crate::setting::{Evidence, MethodBest, ModelId, Setting, FORMAT};
 use statrs::distribution::{ContinuousCDF, Normal};
@@ -65,15 +64,8 @@ pub struct Args {
     /// Prompts per task and length.
     #[arg(long, default_value_t = 4)]
     samples: usize,
-    /// Attention sink size.
-    #[arg(long, default_value_t = 16)]
-    sink: usize,
-    /// Local window size.
-    #[arg(long, default_value_t = 128)]
-    local: usize,
-    /// Element type of the KV cache (as `qada generate --kv`).
-    #[arg(long, default_value = "f16")]
-    kv: String,
+    #[command(flatten)]
+    cache: CacheArgs,
     /// Confidence of the lower bound on fidelity's top-1 agreement (one-sided Wilson).
     #[arg(long, default_value_t = 0.95)]
     confidence: f64,
@@ -315,13 +307,16 @@ pub fn run(a: Args) -> CliResult<()> {
         return fail("--samples must be at least 1");
     }
     let corpus = Corpus::load(a.corpus.as_deref())?;
-    let window = WindowConfig::new(a.sink, a.local)?;
-    let kv = parse_kv(&a.kv)?;
+    let window = a.cache.window.window()?;
+    let kv = a.cache.kv;
     std::fs::create_dir_all(&a.work_dir)
         .map_err(|e| format!("cannot create {}: {e}", a.work_dir.display()))?;
     let cfgs = configs(&methods, &taus, &[], None, &groups)?;
     let mut log = RecordLog::open(&a.work_dir.join("records.jsonl"), a.resume)?;
-    log.name_run(crate::host::run_info(model.activations().name(), &a.kv));
+    log.name_run(crate::host::run_info(
+        model.activations().name(),
+        a.cache.kv.name(),
+    ));
     let sweep = Sweep {
         model: &model,
         corpus: &corpus,
@@ -396,8 +391,8 @@ fn setting_of(
         channels: DEFAULT_CHANNELS,
         clusters: DEFAULT_CLUSTERS,
         margin: DEFAULT_MARGIN,
-        sink: a.sink,
-        local: a.local,
+        sink: a.cache.window.sink,
+        local: a.cache.window.local,
         budget: a.budget,
         min_saving: a.min_saving,
         kv_bytes: choice.kv_bytes,
@@ -421,7 +416,7 @@ fn setting_of(
                 .collect::<Vec<_>>()
                 .join(","),
             a.samples,
-            a.kv
+            a.cache.kv
         ),
     };
     setting

@@ -121,7 +121,7 @@ fn decode(a: &Args, model: &Model, prompt: &[u32]) -> CliResult<Outcome> {
         window: a.criterion.window()?,
         moments: a.criterion.moments(model)?,
         capacity: None,
-        kv_dtype: a.criterion.kv_dtype()?,
+        kv_dtype: a.criterion.kv_dtype(),
     };
     let mut session = Session::new(model, opts)?;
     let cfg = GenerateConfig {
@@ -190,7 +190,7 @@ fn json_report(a: &Args, model: &Model, why: Option<&str>, out: &Outcome) -> ser
         "stop_reason": g.stop.as_str(),
         "criterion": a.criterion.name(),
         "tau": a.criterion.tau(),
-        "group": a.criterion.group,
+        "group": a.criterion.group.to_string(),
         "setting": why,
         "sink": a.criterion.sink(),
         "local": a.criterion.local(),

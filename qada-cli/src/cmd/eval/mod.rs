@@ -28,7 +28,7 @@ use qada_stats::MomentTable;
 use serde_json::json;
 
 use super::calibration::{corpus_prompts, moment_table, static_table};
-use crate::common::{fail, load_model, parse_kv, CliResult, ModelArgs};
+use crate::common::{fail, load_model, CacheArgs, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part};
 
 pub(crate) mod configs;
@@ -99,15 +99,8 @@ pub struct Args {
     /// --out-dir).
     #[arg(long)]
     static_table: Option<PathBuf>,
-    /// Attention sink size.
-    #[arg(long, default_value_t = 16)]
-    sink: usize,
-    /// Local window size.
-    #[arg(long, default_value_t = 128)]
-    local: usize,
-    /// Element type of the KV cache: f16, f32 or q8 (as `qada generate --kv`).
-    #[arg(long, default_value = "f16")]
-    kv: String,
+    #[command(flatten)]
+    cache: CacheArgs,
     /// Folder for records, CSV, JSON, PNG and the summary.
     #[arg(long, default_value = "eval-out")]
     out_dir: PathBuf,
@@ -167,9 +160,9 @@ fn run_identity(model: &Model, file: &Path, a: &Args) -> serde_json::Value {
     let file = file.file_name().map(|f| f.to_string_lossy().into_owned());
     json!({
         "model": file,
-        "kv": a.kv,
-        "sink": a.sink,
-        "local": a.local,
+        "kv": a.cache.kv.name(),
+        "sink": a.cache.window.sink,
+        "local": a.cache.window.local,
         "activations": model.activations().name(),
     })
 }
@@ -367,8 +360,8 @@ pub fn run(a: Args) -> CliResult<()> {
         return fail("--samples must be at least 1");
     }
     let corpus = Corpus::load(a.corpus.as_deref())?;
-    let window = WindowConfig::new(a.sink, a.local)?;
-    let kv = parse_kv(&a.kv)?;
+    let window = a.cache.window.window()?;
+    let kv = a.cache.kv;
     std::fs::create_dir_all(&a.out_dir)
         .map_err(|e| format!("cannot create {}: {e}", a.out_dir.display()))?;
     check_identity(&a.out_dir, &run_identity(&model, &model_path, &a), a.resume)?;
@@ -396,7 +389,10 @@ pub fn run(a: Args) -> CliResult<()> {
         }
     };
     let mut log = RecordLog::open(&a.out_dir.join("records.jsonl"), a.resume)?;
-    log.name_run(crate::host::run_info(model.activations().name(), &a.kv));
+    log.name_run(crate::host::run_info(
+        model.activations().name(),
+        a.cache.kv.name(),
+    ));
     let sweep = Sweep {
         model: &model,
         corpus: &corpus,

@@ -119,10 +119,7 @@ impl Engine {
 
     /// K/V bytes a token takes with `args`' cache type ([`kv_bytes_per_token`]).
     fn bytes_per_token(&self, args: &CriterionArgs) -> Result<u64, ApiError> {
-        let dtype = args
-            .kv_dtype()
-            .map_err(|e| ApiError::invalid("qada.kv", e.to_string()))?;
-        Ok(kv_bytes_per_token(&self.model, dtype))
+        Ok(kv_bytes_per_token(&self.model, args.kv_dtype()))
     }
 
     /// Bytes a mark after `pos` tokens holds, estimated: every KV head's moments (mean and
@@ -238,7 +235,9 @@ impl Engine {
             a.tau = q.tau;
         }
         if let Some(kv) = &q.kv {
-            a.kv = kv.clone();
+            a.kv = kv
+                .parse()
+                .map_err(|e| ApiError::invalid("qada", format!("qada: --kv: {e}")))?;
         }
         if let Some(p) = q.page {
             a.page = p;
@@ -250,7 +249,6 @@ impl Engine {
         a.resolve(&self.model, Fallback::Shipped).map_err(bad)?;
         // build once, so that a bad value is refused now and not on the worker
         a.criterion(&self.model).map_err(bad)?;
-        a.kv_dtype().map_err(bad)?;
         a.window().map_err(bad)?;
         a.moments(&self.model).map_err(bad)?;
         Ok(a)
@@ -454,7 +452,7 @@ impl Engine {
             window: a.window().map_err(bad)?,
             moments: a.moments(&self.model).map_err(bad)?,
             capacity: None,
-            kv_dtype: a.kv_dtype().map_err(bad)?,
+            kv_dtype: a.kv_dtype(),
         };
         let session = Session::new(Arc::clone(&self.model), opts).map_err(internal)?;
         Ok((session, Vec::new(), 0))
@@ -531,7 +529,7 @@ fn usage(a: &CriterionArgs, g: &Generation, cached: usize, acc: &Accounting) -> 
             "setting": a.describe(),
             "criterion": a.name(),
             "tau": a.tau(),
-            "kv": a.kv,
+            "kv": a.kv.name(),
             "decisions": acc.total().decisions,
             "sparsity": acc.sparsity(),
             "kv_bytes_ratio": acc.kv_bytes_ratio(),
