@@ -79,7 +79,7 @@
 //!
 //! let model = Model::load("model.gguf".as_ref(), &LoadOptions::default())?;
 //! let haystack = std::fs::read_to_string("haystack.txt")?;
-//! let prompt = RulerPrompts::new(&model.tokenizer)?
+//! let prompt = RulerPrompts::new(model.tokenizer())?
 //!     .prompt(RulerTask::NiahSingle, &haystack, 4096, 0.5, 7)?;
 //! let opts = SessionOptions::new(Box::new(Dense), WindowConfig::PAPER);
 //! let mut session = Session::new(&model, opts)?;
