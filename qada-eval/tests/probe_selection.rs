@@ -1,94 +1,14 @@
 //! The probe `qada analyze` runs measures the mass a page selection leaves out; the exact
 //! rule keeps its budget and choosing with every channel scored chooses as it does. (Moved
-//! from qada-core's `tests/selection_props.rs` with the probe; the fixtures are copies.)
+//! from qada-core's `tests/selection_props.rs` with the probe; the fixtures are qada-core's.)
 
 mod common;
 
-use common::{scores_f64, Head};
+use common::{layer, pages_of, scores_f64, seeded_masks, FixedPages, Head};
 use proptest::prelude::*;
-use qada_core::{
-    attend_layer, Decision, Dense, GroupRead, HeadInput, KvSegments, LayerScratch,
-    LocalityCriterion, PageRule, PageSelection, Pages, Result,
-};
+use qada_core::{attend_layer, Dense, KvSegments, LayerScratch, PageRule, Pages};
 use qada_eval::analysis::probe_layer_with;
 use qada_stats::PageBounds;
-
-/// A criterion that reads fixed pages: page `p` for the group's heads in `masks[p]`.
-struct FixedPages {
-    page: usize,
-    masks: Vec<u64>,
-}
-
-impl LocalityCriterion for FixedPages {
-    fn decide(&self, _input: &HeadInput<'_>) -> Result<Decision> {
-        Ok(Decision::LONG)
-    }
-    fn choose_pages(
-        &self,
-        inputs: &[HeadInput<'_>],
-        _out: &mut [Decision],
-        selection: &mut PageSelection,
-    ) -> Result<GroupRead> {
-        selection.clear(self.page);
-        let n_pages = inputs[0].bulk_len.div_ceil(self.page);
-        for (p, &m) in self.masks.iter().enumerate().take(n_pages) {
-            selection.push(p, m)?;
-        }
-        Ok(GroupRead::Selected)
-    }
-}
-
-/// Keys and values of `n_kv` heads with `t` tokens, queries of `n_kv * group` heads.
-fn layer() -> impl Strategy<Value = (Vec<Head>, Vec<f32>, usize, usize)> {
-    (
-        prop_oneof![Just(4usize), Just(8usize), Just(32usize)],
-        1usize..3,
-        1usize..8,
-        1usize..9,
-        0usize..600,
-    )
-        .prop_flat_map(|(d, n_kv, group, page, t_extra)| {
-            let t = 40 + t_extra;
-            (
-                prop::collection::vec(
-                    prop::collection::vec(-2.0f32..2.0, 2 * t * d..=2 * t * d),
-                    n_kv..=n_kv,
-                ),
-                prop::collection::vec(-2.0f32..2.0, n_kv * group * d..=n_kv * group * d),
-            )
-                .prop_map(move |(kvs, q)| {
-                    let heads = kvs
-                        .into_iter()
-                        .map(|kv| {
-                            let (k, v) = kv.split_at(t * d);
-                            Head::new(d, 4, 20, k.to_vec(), v.to_vec())
-                        })
-                        .collect();
-                    (heads, q, group, page)
-                })
-        })
-}
-
-/// Page summaries of a head's bulk.
-fn pages_of(h: &Head, page: usize) -> PageBounds {
-    let seg = h.segments();
-    let mut b = PageBounds::new(h.d, page).unwrap();
-    b.push_rows_of(seg.bulk_keys).unwrap();
-    b
-}
-
-/// A head mask per page from `seed` (xorshift; some pages for no head, some for all).
-fn seeded_masks(seed: u64, n_pages: usize, group: usize) -> Vec<u64> {
-    let mut x = seed | 1;
-    (0..n_pages)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x & ((1u64 << group) - 1)
-        })
-        .collect()
-}
 
 /// The heads' segments, each with its page summaries.
 fn segments_with<'a>(heads: &'a [Head], pages: &'a [PageBounds]) -> Vec<KvSegments<'a>> {

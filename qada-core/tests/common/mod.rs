@@ -1,8 +1,11 @@
 //! Test fixtures: one head's keys and values, split as qada-kv would split them.
 #![allow(dead_code)]
 
-use qada_core::KvSegments;
-use qada_stats::KeyMoments;
+use proptest::prelude::*;
+use qada_core::{
+    Decision, GroupRead, HeadInput, KvSegments, LocalityCriterion, PageSelection, Result,
+};
+use qada_stats::{KeyMoments, PageBounds};
 
 #[derive(Debug, Clone)]
 pub struct Head {
@@ -95,4 +98,81 @@ pub fn extreme_head(values: Option<Vec<f32>>) -> ([f32; 4], Head) {
         .collect();
     let values = values.unwrap_or_else(|| keys.clone());
     (q, Head::new(d, 4, 32, keys, values))
+}
+
+/// A criterion that reads fixed pages: page `p` for the group's heads in `masks[p]`.
+pub struct FixedPages {
+    pub page: usize,
+    pub masks: Vec<u64>,
+}
+
+impl LocalityCriterion for FixedPages {
+    fn decide(&self, _input: &HeadInput<'_>) -> Result<Decision> {
+        Ok(Decision::LONG)
+    }
+    fn choose_pages(
+        &self,
+        inputs: &[HeadInput<'_>],
+        _out: &mut [Decision],
+        selection: &mut PageSelection,
+    ) -> Result<GroupRead> {
+        selection.clear(self.page);
+        let n_pages = inputs[0].bulk_len.div_ceil(self.page);
+        for (p, &m) in self.masks.iter().enumerate().take(n_pages) {
+            selection.push(p, m)?;
+        }
+        Ok(GroupRead::Selected)
+    }
+}
+
+/// Keys and values of `n_kv` heads with `t` tokens, queries of `n_kv * group` heads.
+pub fn layer() -> impl Strategy<Value = (Vec<Head>, Vec<f32>, usize, usize)> {
+    (
+        prop_oneof![Just(4usize), Just(8usize), Just(32usize)],
+        1usize..3,
+        1usize..8,
+        1usize..9,
+        0usize..600,
+    )
+        .prop_flat_map(|(d, n_kv, group, page, t_extra)| {
+            let t = 40 + t_extra;
+            (
+                prop::collection::vec(
+                    prop::collection::vec(-2.0f32..2.0, 2 * t * d..=2 * t * d),
+                    n_kv..=n_kv,
+                ),
+                prop::collection::vec(-2.0f32..2.0, n_kv * group * d..=n_kv * group * d),
+            )
+                .prop_map(move |(kvs, q)| {
+                    let heads = kvs
+                        .into_iter()
+                        .map(|kv| {
+                            let (k, v) = kv.split_at(t * d);
+                            Head::new(d, 4, 20, k.to_vec(), v.to_vec())
+                        })
+                        .collect();
+                    (heads, q, group, page)
+                })
+        })
+}
+
+/// Page summaries of a head's bulk.
+pub fn pages_of(h: &Head, page: usize) -> PageBounds {
+    let seg = h.segments();
+    let mut b = PageBounds::new(h.d, page).unwrap();
+    b.push_rows_of(seg.bulk_keys).unwrap();
+    b
+}
+
+/// A head mask per page from `seed` (xorshift; some pages for no head, some for all).
+pub fn seeded_masks(seed: u64, n_pages: usize, group: usize) -> Vec<u64> {
+    let mut x = seed | 1;
+    (0..n_pages)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x & ((1u64 << group) - 1)
+        })
+        .collect()
 }
