@@ -1,31 +1,14 @@
 //! The array API's comparison (`compare_query`) gives the numbers of the slice API's probe
 //! (`probe_layer`) on the same head. (Moved from qada-core's `tests/query.rs` with the probe;
-//! the fixtures are copies.)
+//! the fixtures are qada-core's.)
 
-use ndarray::{concatenate, s, Array1, Array2, Axis};
+mod common;
+
+use common::{random, split};
 use proptest::prelude::*;
 use qada_core::{compare_query, decide_query, Approx, Bulk, HeadQuery, KvSegments};
 use qada_eval::analysis::probe_layer;
 use qada_stats::{KeyMoments, Rows};
-use rand::{Rng, SeedableRng};
-
-fn random(seed: u64, t: usize, d: usize) -> (Array1<f32>, Array2<f32>) {
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let q = Array1::from_shape_fn(d, |_| rng.gen_range(-2.0f32..2.0));
-    let k = Array2::from_shape_fn((t, d), |_| rng.gen_range(-2.0f32..2.0));
-    (q, k)
-}
-
-/// Sink rows `..sink`, window the last `window`, bulk between.
-fn split(k: &Array2<f32>, sink: usize, window: usize) -> (Array2<f32>, Array2<f32>) {
-    let t = k.nrows();
-    let local = concatenate![
-        Axis(0),
-        k.slice(s![..sink, ..]),
-        k.slice(s![t - window.., ..])
-    ];
-    (local, k.slice(s![sink..t - window, ..]).to_owned())
-}
 
 proptest! {
     /// `compare_query` gives the probes of `probe_layer` (the slice API) on the same head.

@@ -1,11 +1,13 @@
 //! Test fixtures: one head's keys and values, split as qada-kv would split them.
 #![allow(dead_code)]
 
+use ndarray::{concatenate, s, Array1, Array2, Axis};
 use proptest::prelude::*;
 use qada_core::{
     Decision, GroupRead, HeadInput, KvSegments, LocalityCriterion, PageSelection, Result,
 };
 use qada_stats::{KeyMoments, PageBounds};
+use rand::{Rng, SeedableRng};
 
 #[derive(Debug, Clone)]
 pub struct Head {
@@ -175,4 +177,23 @@ pub fn seeded_masks(seed: u64, n_pages: usize, group: usize) -> Vec<u64> {
             x & ((1u64 << group) - 1)
         })
         .collect()
+}
+
+/// A query and `t` keys of dimension `d`, uniform in [-2, 2), from `seed`.
+pub fn random(seed: u64, t: usize, d: usize) -> (Array1<f32>, Array2<f32>) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let q = Array1::from_shape_fn(d, |_| rng.gen_range(-2.0f32..2.0));
+    let k = Array2::from_shape_fn((t, d), |_| rng.gen_range(-2.0f32..2.0));
+    (q, k)
+}
+
+/// Sink rows `..sink`, window the last `window`, bulk between.
+pub fn split(k: &Array2<f32>, sink: usize, window: usize) -> (Array2<f32>, Array2<f32>) {
+    let t = k.nrows();
+    let local = concatenate![
+        Axis(0),
+        k.slice(s![..sink, ..]),
+        k.slice(s![t - window.., ..])
+    ];
+    (local, k.slice(s![sink..t - window, ..]).to_owned())
 }
