@@ -489,11 +489,6 @@ impl CriterionArgs {
         by_name(self.name(), &params).map_err(|e| format!("--criterion: {e}").into())
     }
 
-    /// Element type of the KV cache.
-    pub fn kv_dtype(&self) -> KvDtype {
-        self.kv
-    }
-
     /// Sink and window sizes.
     pub fn window(&self) -> CliResult<WindowConfig> {
         Ok(WindowConfig::new(self.sink(), self.local())?)

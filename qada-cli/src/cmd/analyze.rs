@@ -129,7 +129,7 @@ fn probe(a: &Args, model: &Model, tokens: &[u32]) -> CliResult<ProbeRun> {
     let opts = ProbeOptions {
         window: a.criterion.window()?,
         moments: a.criterion.moments(model)?,
-        kv_dtype: a.criterion.kv_dtype(),
+        kv_dtype: a.criterion.kv,
         steps: a.steps,
     };
     let pb = progress_bar(tokens.len().saturating_sub(1) as u64, "prefill");

@@ -73,7 +73,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
             window,
             moments: a.criterion.moments(&model)?,
             capacity: None,
-            kv_dtype: a.criterion.kv_dtype(),
+            kv_dtype: a.criterion.kv,
         },
     )?;
     let mut prober = Prober {

@@ -121,7 +121,7 @@ fn decode(a: &Args, model: &Model, prompt: &[u32]) -> CliResult<Outcome> {
         window: a.criterion.window()?,
         moments: a.criterion.moments(model)?,
         capacity: None,
-        kv_dtype: a.criterion.kv_dtype(),
+        kv_dtype: a.criterion.kv,
     };
     let mut session = Session::new(model, opts)?;
     let cfg = GenerateConfig {

@@ -152,7 +152,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
             window: a.criterion.window()?,
             moments: MomentsMode::Update,
             capacity: None,
-            kv_dtype: a.criterion.kv_dtype(),
+            kv_dtype: a.criterion.kv,
         },
     )?;
     let moments = a.criterion.moments(&model)?;

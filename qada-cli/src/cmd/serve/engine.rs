@@ -117,11 +117,6 @@ impl Engine {
         &self.model
     }
 
-    /// K/V bytes a token takes with `args`' cache type ([`kv_bytes_per_token`]).
-    fn bytes_per_token(&self, args: &CriterionArgs) -> Result<u64, ApiError> {
-        Ok(kv_bytes_per_token(&self.model, args.kv_dtype()))
-    }
-
     /// Bytes a mark after `pos` tokens holds, estimated: every KV head's moments (mean and
     /// covariance in f64, and their factored copy), and for criteria that keep page summaries
     /// a copy of them (at most half the K/V of `pos` tokens: the keys by channel).
@@ -179,7 +174,7 @@ impl Engine {
             Some(m) => m,
             None => ctx - n,
         };
-        let per_token = self.bytes_per_token(&args)?;
+        let per_token = kv_bytes_per_token(&self.model, args.kv);
         let bytes = (n + max) as u64 * per_token;
         if bytes > self.limit {
             return Err(ApiError::invalid(
@@ -452,7 +447,7 @@ impl Engine {
             window: a.window().map_err(bad)?,
             moments: a.moments(&self.model).map_err(bad)?,
             capacity: None,
-            kv_dtype: a.kv_dtype(),
+            kv_dtype: a.kv,
         };
         let session = Session::new(Arc::clone(&self.model), opts).map_err(internal)?;
         Ok((session, Vec::new(), 0))
@@ -466,7 +461,7 @@ impl Engine {
         marks: &[(usize, SessionCheckpoint)],
         args: &CriterionArgs,
     ) -> Result<u64, ApiError> {
-        let per_token = self.bytes_per_token(args)?;
+        let per_token = kv_bytes_per_token(&self.model, args.kv);
         let pages = s.criterion().bulk_summaries().page.is_some();
         let own = s.cache().stored_bytes() as u64;
         Ok(own

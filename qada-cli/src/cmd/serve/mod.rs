@@ -85,7 +85,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
     // every session holds a share of the model, so it may live on any thread
     let model = Arc::new(model);
     let c = model.config();
-    let per_token = engine::kv_bytes_per_token(&model, base.kv_dtype());
+    let per_token = engine::kv_bytes_per_token(&model, base.kv);
     let limit = match a.cache_mb {
         Some(mb) if mb > 0.0 && mb.is_finite() => (mb * 1e6) as u64,
         Some(mb) => return fail(format!("--cache-mb {mb}: must be a positive number")),
