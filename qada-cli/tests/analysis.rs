@@ -211,6 +211,37 @@ fn calibration_files_are_made_used_and_checked() {
 }
 
 #[test]
+fn eval_prefills_each_prompt_once_whatever_the_gate() {
+    // two samples, every configuration run: the first sample's checkpoint must still be
+    // restorable after the second's prefill, so two prefills, not three
+    let dir = tmp("eval-prefills");
+    ok(&qada(&[
+        "eval",
+        "--task",
+        "passkey",
+        "--lengths",
+        "1024",
+        "--samples",
+        "2",
+        "--methods",
+        "dense,window",
+        "--no-gate",
+        "--out-dir",
+        dir.to_str().unwrap(),
+    ]));
+    let times = std::fs::read_to_string(dir.join("times.jsonl")).unwrap();
+    let t: serde_json::Value = serde_json::from_str(times.trim()).unwrap();
+    assert_eq!(
+        (t["prefills"].as_u64(), t["items"].as_u64()),
+        (Some(2), Some(4)),
+        "{t}"
+    );
+    let records = std::fs::read_to_string(dir.join("records.jsonl")).unwrap();
+    assert_eq!(records.lines().count(), 4);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn quick_eval_writes_rows_tables_and_plots_and_resumes() {
     let dir = tmp("eval");
     let out = ok(&qada(&[
@@ -254,6 +285,23 @@ fn quick_eval_writes_rows_tables_and_plots_and_resumes() {
             (run["activations"].as_str(), run["kv"].as_str()),
             (Some("f32"), Some("f16"))
         );
+    }
+    // where the time went: a line per unit, each prompt prefilled once (one sample each)
+    let times = std::fs::read_to_string(dir.join("times.jsonl")).unwrap();
+    let times: Vec<serde_json::Value> = times
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(times.len(), 9, "{times:?}");
+    for t in &times {
+        let (p, all) = (t["prefill_seconds"].as_f64(), t["seconds"].as_f64());
+        assert!(
+            p.zip(all).is_some_and(|(p, all)| 0.0 < p && p <= all),
+            "{t}"
+        );
+        assert_eq!(t["prefills"], 1, "{t}");
+        assert_eq!(t["length"], 1024, "{t}");
+        assert_eq!(t["run"]["activations"], "f32", "{t}");
     }
     let dense = rows.iter().find(|r| r["method"] == "dense").unwrap();
     assert_eq!(dense["sparsity"].as_f64().unwrap(), 0.0);

@@ -340,7 +340,7 @@ pub fn run(a: Args) -> CliResult<()> {
     );
     let units = units(&tasks, &lengths);
     let pb = sweep.progress("calibrate", &units, &log);
-    sweep.run(&units, &mut log, &pb, |_| Ok(()))?;
+    sweep.run(&units, &mut log, &pb, |_, _| Ok(()))?;
     pb.finish();
     let names: Vec<&str> = tasks.iter().map(|t| t.name()).collect();
     let rule = Rule {

@@ -4,6 +4,7 @@
 //! earlier stay the ones the tables use. The two runs must be comparable: the same
 //! `run.json` (model, KV type, sink, window, activations) and, for every calibration table
 //! both folders hold, the same bytes; a table only `FROM` holds is copied with its records.
+//! The lines of `FROM`'s `times.jsonl` that `--out-dir`'s lacks are appended too.
 
 use std::path::Path;
 
@@ -52,6 +53,7 @@ pub fn merge_runs(from: &Path, into: &Path) -> CliResult<usize> {
             added += 1;
         }
     }
+    super::times::merge_times(from, into)?;
     Ok(added)
 }
 

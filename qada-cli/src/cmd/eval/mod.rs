@@ -39,6 +39,7 @@ mod report;
 pub(crate) mod rows;
 mod shard;
 pub(crate) mod sweep;
+mod times;
 
 use configs::{configs, parse_groups, parse_list, parse_methods, Config};
 use records::{read_records, Record, RecordLog};
@@ -389,10 +390,9 @@ pub fn run(a: Args) -> CliResult<()> {
         }
     };
     let mut log = RecordLog::open(&a.out_dir.join("records.jsonl"), a.resume)?;
-    log.name_run(crate::host::run_info(
-        model.activations().name(),
-        a.cache.kv.name(),
-    ));
+    let run = crate::host::run_info(model.activations().name(), a.cache.kv.name());
+    log.name_run(run.clone());
+    let mut times = times::TimeLog::open(&a.out_dir, a.resume, run)?;
     let sweep = Sweep {
         model: &model,
         corpus: &corpus,
@@ -408,7 +408,8 @@ pub fn run(a: Args) -> CliResult<()> {
         window,
     };
     let pb = sweep.progress("eval", &units, &log);
-    sweep.run(&units, &mut log, &pb, |log| {
+    sweep.run(&units, &mut log, &pb, |log, time| {
+        times.push(time)?;
         report_all(&a.out_dir, log.records()).map(|_| ())
     })?;
     let (at, total) = pb.position();
@@ -421,7 +422,7 @@ pub fn run(a: Args) -> CliResult<()> {
     let summary = report_all(&a.out_dir, log.records())?;
     println!("{summary}");
     eprintln!(
-        "{} records in {:.1} s; records.jsonl, CSV, JSON, PNG and summary.md in {}",
+        "{} records in {:.1} s; records.jsonl, times.jsonl, CSV, JSON, PNG and summary.md in {}",
         log.records().len(),
         started.elapsed().as_secs_f64(),
         a.out_dir.display()

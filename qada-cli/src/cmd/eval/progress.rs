@@ -61,9 +61,14 @@ impl SweepProgress {
         self.pb.inc((len * n) as u64);
     }
 
-    /// A line above the bar.
+    /// A line above the bar, or on stderr where no bar is drawn (not a terminal: a
+    /// scheduler's log, a pipe), so logs keep it.
     pub fn println(&self, line: String) {
-        self.pb.println(line);
+        if self.pb.is_hidden() {
+            eprintln!("{line}");
+        } else {
+            self.pb.println(line);
+        }
     }
 
     /// Where the bar stands, in prompt tokens, and its total.

@@ -4,9 +4,13 @@
 //!
 //! Answer-scored tasks run dense on every sample first; the other configurations run only
 //! where dense reaches the gate (unless `--no-gate`), so no time goes into curves of a task the
-//! model cannot do with full attention.
+//! model cannot do with full attention. Each sample has its own session, so its checkpoint
+//! after prefill stays restorable until the gate is known: a prompt is prefilled once, whatever
+//! the gate decides (the cache of a session holds one prompt, so `samples` prompts are held at
+//! once).
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use qada_eval::tasks::{answer, dense_prefill};
 use qada_eval::{
@@ -98,6 +102,54 @@ pub fn units(tasks: &[EvalTask], lengths: &[usize]) -> Vec<(EvalTask, usize)> {
         .collect()
 }
 
+/// Where one (task, length) unit's time went: the dense prefills of its prompts (for
+/// fidelity, the dense reference: prefill and teacher-forced steps), and the whole.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct UnitTime {
+    pub task: &'static str,
+    pub length: usize,
+    /// Prompts prefilled (0 when a resumed run found the unit done).
+    pub prefills: usize,
+    pub prefill_seconds: f64,
+    /// (prompt, configuration) items run, dense included.
+    pub items: usize,
+    pub seconds: f64,
+}
+
+impl UnitTime {
+    fn new(task: &'static str, length: usize) -> Self {
+        UnitTime {
+            task,
+            length,
+            prefills: 0,
+            prefill_seconds: 0.0,
+            items: 0,
+            seconds: 0.0,
+        }
+    }
+
+    /// The line printed above the progress bar as the unit ends.
+    pub fn line(&self) -> String {
+        format!(
+            "{} at {} tokens: {:.1} s, of which {:.1} s in {} dense prefills ({} items)",
+            self.task, self.length, self.seconds, self.prefill_seconds, self.prefills, self.items
+        )
+    }
+}
+
+/// Prefill `ids` densely into `session` and count the time in `time`.
+fn timed_prefill(
+    session: &mut Session<'_>,
+    ids: &[u32],
+    time: &mut UnitTime,
+) -> CliResult<SessionCheckpoint> {
+    let t = Instant::now();
+    let cp = dense_prefill(session, ids)?;
+    time.prefills += 1;
+    time.prefill_seconds += t.elapsed().as_secs_f64();
+    Ok(cp)
+}
+
 /// What every (task, length) of a run shares.
 pub struct Sweep<'a> {
     pub model: &'a Model,
@@ -136,27 +188,38 @@ impl Sweep<'_> {
         SweepProgress::new(what, &units, self.samples, &configs, log)
     }
 
-    /// Every (task, length) of `units` in order, on one session with the sweep's cache type
-    /// and window (dense between configurations), `after` called as each finishes.
+    /// Every (task, length) of `units` in order, on one session per sample with the sweep's
+    /// cache type and window (dense between configurations), `after` called as each finishes
+    /// with where its time went (also printed above the bar).
     pub fn run(
         &self,
         units: &[(EvalTask, usize)],
         log: &mut RecordLog,
         pb: &SweepProgress,
-        mut after: impl FnMut(&RecordLog) -> CliResult<()>,
+        mut after: impl FnMut(&RecordLog, &UnitTime) -> CliResult<()>,
     ) -> CliResult<()> {
-        let options = SessionOptions {
-            kv_dtype: self.kv,
-            ..SessionOptions::new(Box::new(qada_core::Dense), self.window)
-        };
-        let mut session = Session::new(self.model, options)?;
+        let mut sessions = (0..self.samples)
+            .map(|_| {
+                let options = SessionOptions {
+                    kv_dtype: self.kv,
+                    ..SessionOptions::new(Box::new(qada_core::Dense), self.window)
+                };
+                Session::new(self.model, options)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         for &(task, len) in units {
             pb.at(task.name(), len);
+            let started = Instant::now();
+            let mut time = UnitTime::new(task.name(), len);
             match task {
-                EvalTask::Fidelity => self.fidelity(&mut session, len, log, pb)?,
-                _ => self.answer_task(&mut session, task, len, log, pb)?,
+                EvalTask::Fidelity => self.fidelity(&mut sessions[0], len, log, pb, &mut time)?,
+                _ => self.answer_task(&mut sessions, task, len, log, pb, &mut time)?,
             }
-            after(log)?;
+            time.seconds = started.elapsed().as_secs_f64();
+            if time.items > 0 {
+                pb.println(time.line());
+            }
+            after(log, &time)?;
         }
         Ok(())
     }
@@ -206,29 +269,39 @@ impl Sweep<'_> {
         log.push(r)
     }
 
-    /// One answer-scored (task, length): dense on every sample, then, where dense reaches
-    /// the gate, every other configuration. Records already in `log` are skipped.
+    /// One answer-scored (task, length): dense on every sample, each in its own session of
+    /// `sessions` (one per sample), then, where dense reaches the gate, every other
+    /// configuration from each sample's checkpoint. Records already in `log` are skipped.
     pub fn answer_task(
         &self,
-        session: &mut Session<'_>,
+        sessions: &mut [Session<'_>],
         task: EvalTask,
         len: usize,
         log: &mut RecordLog,
         pb: &SweepProgress,
+        time: &mut UnitTime,
     ) -> CliResult<()> {
         let name = task.name();
         let (dense, rest) = self.cfgs.split_first().ok_or("no configuration to run")?;
-        // A prefill starts the cache over, so only the last prefill's checkpoint stays
-        // restorable: keep that one, prefill the other samples again if the gate passes.
-        let mut last: Option<(usize, TaskPrompt, SessionCheckpoint)> = None;
-        for s in 0..self.samples {
+        if sessions.len() < self.samples {
+            return fail(format!(
+                "{} sessions for {} samples",
+                sessions.len(),
+                self.samples
+            ));
+        }
+        // per sample, its prompt and checkpoint in its own session once prefilled here
+        let mut prefilled: Vec<Option<(TaskPrompt, SessionCheckpoint)>> =
+            (0..self.samples).map(|_| None).collect();
+        for (s, session) in sessions.iter_mut().enumerate().take(self.samples) {
             if log.has(&key(name, len, s, &dense.method, dense.param)) {
                 continue;
             }
             let p = self.prompt(task, len, s)?;
-            let cp = dense_prefill(session, &p.ids)?;
+            let cp = timed_prefill(session, &p.ids, time)?;
             self.answer_one(session, &cp, &p, s, dense, log)?;
-            last = Some((s, p, cp));
+            time.items += 1;
+            prefilled[s] = Some((p, cp));
             pb.done(len, 1);
         }
         let records: Vec<Record> = log.of(name, len).cloned().collect();
@@ -249,12 +322,7 @@ impl Sweep<'_> {
             ));
             return Ok(());
         }
-        // the sample whose checkpoint is kept first, then the others in order
-        let first = last.as_ref().map(|l| l.0);
-        let order = first
-            .into_iter()
-            .chain((0..self.samples).filter(|&s| Some(s) != first));
-        for s in order {
+        for ((s, session), kept) in sessions.iter_mut().enumerate().zip(prefilled) {
             let todo: Vec<&Config> = rest
                 .iter()
                 .filter(|c| !log.has(&key(name, len, s, &c.method, c.param)))
@@ -262,16 +330,18 @@ impl Sweep<'_> {
             if todo.is_empty() {
                 continue;
             }
-            let (p, cp) = match last.take() {
-                Some((ks, p, cp)) if ks == s => (p, cp),
-                _ => {
+            // a sample whose dense record a resumed run found is prefilled now
+            let (p, cp) = match kept {
+                Some(kept) => kept,
+                None => {
                     let p = self.prompt(task, len, s)?;
-                    let cp = dense_prefill(session, &p.ids)?;
+                    let cp = timed_prefill(session, &p.ids, time)?;
                     (p, cp)
                 }
             };
             for c in todo {
                 self.answer_one(session, &cp, &p, s, c, log)?;
+                time.items += 1;
                 pb.done(len, 1);
             }
         }
@@ -286,6 +356,7 @@ impl Sweep<'_> {
         len: usize,
         log: &mut RecordLog,
         pb: &SweepProgress,
+        time: &mut UnitTime,
     ) -> CliResult<()> {
         let n = self.fidelity_steps;
         if len <= n + 1 {
@@ -315,7 +386,10 @@ impl Sweep<'_> {
                     len + 1
                 ));
             }
+            let started = Instant::now();
             let reference = FidelityReference::new(session, &ids, t, n)?;
+            time.prefills += 1;
+            time.prefill_seconds += started.elapsed().as_secs_f64();
             for c in todo {
                 setup(session, reference.checkpoint(), c, self.table)?;
                 let mut totals = FidelityTotals::default();
@@ -339,6 +413,7 @@ impl Sweep<'_> {
                     session.accounting(),
                 );
                 log.push(r)?;
+                time.items += 1;
                 pb.done(len, 1);
             }
         }
