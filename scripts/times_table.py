@@ -16,20 +16,7 @@ import argparse
 import json
 from collections import defaultdict
 
-
-def matches(line, wheres):
-    run = line.get("run") or {}
-    for w in wheres:
-        field, op, want = w.partition("~") if "~" in w else w.partition("=")
-        if not op:
-            raise SystemExit(f"--where {w!r}: write FIELD=VALUE or FIELD~TEXT")
-        have = run.get(field)
-        if have is None:
-            return False
-        have = str(have)
-        if (op == "~" and want not in have) or (op == "=" and have != want):
-            return False
-    return True
+from records_table import matches  # the same --where as records_table.py
 
 
 def read(paths, wheres):
