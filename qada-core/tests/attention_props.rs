@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{scores_f64, Head};
+use common::{heads_of, scores_f64, Head};
 use proptest::prelude::*;
 use qada_core::attention::{dense_attention, local_attention};
 use qada_core::{
@@ -58,16 +58,7 @@ fn layer_strategy() -> impl Strategy<Value = (Vec<Head>, Vec<f32>, usize)> {
                 ),
                 prop::collection::vec(-2.0f32..2.0, n_kv * group * d..=n_kv * group * d),
             )
-                .prop_map(move |(kvs, q)| {
-                    let heads = kvs
-                        .into_iter()
-                        .map(|kv| {
-                            let (k, v) = kv.split_at(t * d);
-                            Head::new(d, sink, sink + extra, k.to_vec(), v.to_vec())
-                        })
-                        .collect();
-                    (heads, q, group)
-                })
+                .prop_map(move |(kvs, q)| (heads_of(kvs, d, sink, sink + extra), q, group))
         })
 }
 

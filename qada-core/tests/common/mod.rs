@@ -127,6 +127,16 @@ impl LocalityCriterion for FixedPages {
     }
 }
 
+/// Heads of `d` channels from rows holding each head's keys, then its values (as many).
+pub fn heads_of(kvs: Vec<Vec<f32>>, d: usize, sink: usize, local: usize) -> Vec<Head> {
+    kvs.into_iter()
+        .map(|kv| {
+            let (k, v) = kv.split_at(kv.len() / 2);
+            Head::new(d, sink, local, k.to_vec(), v.to_vec())
+        })
+        .collect()
+}
+
 /// Keys and values of `n_kv` heads with `t` tokens, queries of `n_kv * group` heads.
 pub fn layer() -> impl Strategy<Value = (Vec<Head>, Vec<f32>, usize, usize)> {
     (
@@ -145,16 +155,7 @@ pub fn layer() -> impl Strategy<Value = (Vec<Head>, Vec<f32>, usize, usize)> {
                 ),
                 prop::collection::vec(-2.0f32..2.0, n_kv * group * d..=n_kv * group * d),
             )
-                .prop_map(move |(kvs, q)| {
-                    let heads = kvs
-                        .into_iter()
-                        .map(|kv| {
-                            let (k, v) = kv.split_at(t * d);
-                            Head::new(d, 4, 20, k.to_vec(), v.to_vec())
-                        })
-                        .collect();
-                    (heads, q, group, page)
-                })
+                .prop_map(move |(kvs, q)| (heads_of(kvs, d, 4, 20), q, group, page))
         })
 }
 

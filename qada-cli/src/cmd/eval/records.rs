@@ -150,13 +150,7 @@ impl RecordLog {
         } else {
             Vec::new()
         };
-        let file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .append(resume)
-            .truncate(!resume)
-            .open(path)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let file = open_log(path, resume)?;
         Ok(RecordLog {
             path: path.to_path_buf(),
             file,
@@ -228,6 +222,17 @@ pub fn read_records(path: &Path) -> CliResult<Vec<Record>> {
         }
     }
     Ok(out)
+}
+
+/// A run's log file at `path`: appended to when `resume`, started over otherwise.
+pub(super) fn open_log(path: &Path, resume: bool) -> CliResult<File> {
+    OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(resume)
+        .truncate(!resume)
+        .open(path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()).into())
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use super::records::open_log;
 use super::sweep::UnitTime;
 use crate::common::CliResult;
 
@@ -28,13 +29,7 @@ impl TimeLog {
     /// [`crate::host::run_info`]).
     pub fn open(dir: &Path, resume: bool, run: Value) -> CliResult<Self> {
         let path = dir.join(TIMES);
-        let file = OpenOptions::new()
-            .create(true)
-            .write(true)
-            .append(resume)
-            .truncate(!resume)
-            .open(&path)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        let file = open_log(&path, resume)?;
         Ok(TimeLog { path, file, run })
     }
 
