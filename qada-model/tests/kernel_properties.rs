@@ -650,3 +650,63 @@ proptest! {
         prop_assert!(QLinear::matvec_stacked(&ws, &b, &mut got).is_err());
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Decoding multiplies rows eight at a time where the kernels can (AVX2, int8 activations,
+    /// the 32-value types): every row of a layer's product is the bits `dot_row` gives that row
+    /// alone, whatever rows share its kernel call, its place among the groups of eight (the
+    /// last `rows % 8` rows go alone) and the block count (odd or even: two FMA chains). A
+    /// lane mixed up with another, a block dropped or a group misplaced changes the bits.
+    #[test]
+    fn each_row_of_a_layer_is_the_row_alone(
+        ty in prop::sample::select(
+            &[GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0][..]),
+        rows in 1usize..30,
+        (blocks, x) in (1usize..=6).prop_flat_map(|nb| (
+            Just(nb),
+            prop::collection::vec(-1.0f32..1.0, nb * 32),
+        )).prop_flat_map(|(nb, x)| (
+            prop::collection::vec(any::<u64>(), 29 * nb),
+            Just(x),
+        )),
+    ) {
+        let nb = x.len() / 32;
+        // blocks from the seeds: random bytes, a finite f16 scale (and minimum)
+        let bytes = ty.block().unwrap().1 as usize;
+        let data: Vec<u8> = blocks[..rows * nb]
+            .iter()
+            .flat_map(|&seed| {
+                let mut s = seed | 1;
+                let mut b: Vec<u8> = (0..bytes)
+                    .map(|_| {
+                        s ^= s << 13;
+                        s ^= s >> 7;
+                        s ^= s << 17;
+                        s as u8
+                    })
+                    .collect();
+                for &at in scale_offsets(ty) {
+                    let h = f16::from_f32(((s % 2000) as f32 - 1000.0) / 997.0);
+                    b[at..at + 2].copy_from_slice(&h.to_le_bytes());
+                    s /= 2000;
+                }
+                b
+            })
+            .collect();
+        let row_bytes = data.len() / rows;
+        let layer = QLinear::from_blocks(rows, 32 * nb, ty, data.clone(), None).unwrap();
+        let mut a = Q8Acts::new(ActPrecision::Int8);
+        a.quantize(&x);
+        let mut y = vec![f32::NAN; rows];
+        layer.matvec(&a, &mut y).unwrap();
+        // (where the portable kernels run, both sides are them: the AVX2 agreement tests
+        // above compare those with the portable ones)
+        for (r, got) in y.iter().enumerate() {
+            let row = &data[r * row_bytes..(r + 1) * row_bytes];
+            let alone = dot_row(ty, row, &a, Kernels::detect()).unwrap();
+            prop_assert_eq!(got.to_bits(), alone.to_bits(), "{} row {} of {}", ty, r, rows);
+        }
+    }
+}

@@ -64,6 +64,8 @@ pub struct Q8Acts {
     pub(crate) d: Vec<f32>,
     /// `d * sum(q)` of each block.
     pub(crate) s: Vec<f32>,
+    /// `sum(q)` of each block.
+    pub(crate) qsum: Vec<i32>,
     /// Quantized values, `32 * blocks` (the last block padded with zeros).
     pub(crate) q: Vec<i8>,
     /// Sum of the f32 values of each block.
@@ -193,13 +195,16 @@ impl Q8Acts {
         }
         self.d.resize(nb, 0.0);
         self.s.resize(nb, 0.0);
+        self.qsum.resize(nb, 0);
         self.q.resize(nb * QK, 0);
         for b in 0..nb {
             let xs = &x[b * QK..((b + 1) * QK).min(x.len())];
             let q = &mut self.q[b * QK..(b + 1) * QK];
             let d = quantize_block(xs, q);
+            let sum = q.iter().map(|&v| v as i32).sum::<i32>();
             self.d[b] = d;
-            self.s[b] = d * q.iter().map(|&v| v as i32).sum::<i32>() as f32;
+            self.qsum[b] = sum;
+            self.s[b] = d * sum as f32;
         }
     }
 }

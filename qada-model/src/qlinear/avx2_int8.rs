@@ -1,13 +1,14 @@
-//! AVX2 kernels against int8 activations ([`super::ActPrecision::Int8`]): per 32 values,
-//! unsigned (or sign-moved) weight quants times the activations' int8 quants by
-//! `vpmaddubsw` / `vpmaddwd` into eight i32 lanes, converted once and scaled by the weight's
-//! and the activations' block scales. The integer sums are exact; only the activations'
-//! 8-bit rounding differs from the f32 kernels of `avx2.rs`.
+//! AVX2 kernels of the K-quants (Q4_K, Q5_K, Q6_K) against int8 activations
+//! ([`super::ActPrecision::Int8`]), one row at a time (the 32-value types are in
+//! `avx2_rows.rs`, eight rows at a time): unsigned (or sign-moved) weight quants times the
+//! activations' int8 quants by `vpmaddubsw` / `vpmaddwd` into eight i32 lanes, converted once
+//! and scaled by the weight's and the activations' block scales. The integer sums are exact;
+//! only the activations' 8-bit rounding differs from the f32 kernels of `avx2.rs`.
 //!
-//! Weight blocks of 256 values (the K-quants) meet eight activation blocks of 32: each
+//! Weight blocks of 256 values meet eight activation blocks of 32: each
 //! sub-block of 32 weights lines up with one activation block, so every product is
 //! `d_w sc_s d_x sum(q_w q_x)` over one sub-block (16-value groups of Q6_K take their scale
-//! inside the integer sum, `vpmaddwd` by the scales). Minimums (Q4_1, Q4_K, Q5_K) multiply the
+//! inside the integer sum, `vpmaddwd` by the scales). Minimums (Q4_K, Q5_K) multiply the
 //! sums of the activations, exact f32 for the K-quants.
 //!
 //! With the activations' Q8_K form (one scale per 256 values, [`Q8K`]), the K-quant kernels
@@ -29,127 +30,7 @@ use super::acts::{BSUM, Q8K, QK_K};
 use super::avx2::f16;
 use super::{Q8Acts, QK};
 use crate::quant::k4_scales_mins;
-use crate::quant::{
-    scale_min_k4, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8_0,
-    F16Bytes,
-};
-
-/// 16 bytes of nibbles -> 32 unsigned bytes: low nibbles then high nibbles.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nibbles(qs: &[u8; 16]) -> __m256i {
-    // SAFETY: the 16-byte load reads exactly the array.
-    let raw = _mm_loadu_si128(qs.as_ptr().cast::<__m128i>());
-    let mask = _mm_set1_epi8(0x0f);
-    let lo = _mm_and_si128(raw, mask);
-    let hi = _mm_and_si128(_mm_srli_epi16(raw, 4), mask);
-    _mm256_set_m128i(hi, lo)
-}
-
-/// Sum of u8 x i8 products of 32 pairs, as 8 f32 lanes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_u8_i8(w: __m256i, x: __m256i) -> __m256 {
-    // SAFETY: register operations only; the CPU features are the caller's proof.
-    let p16 = _mm256_maddubs_epi16(w, x);
-    _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)))
-}
-
-/// `sum_b s_b p_b` over the blocks `b < nb` in two accumulators (two FMA chains, even and
-/// odd blocks): `term(b)` gives block `b`'s scale `s_b` and its eight lanes of products `p_b`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn two_chains(nb: usize, mut term: impl FnMut(usize) -> (f32, __m256)) -> __m256 {
-    let (mut acc0, mut acc1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-    let mut b = 0;
-    while b + 1 < nb {
-        let (s0, p0) = term(b);
-        let (s1, p1) = term(b + 1);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(s0), p0, acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(s1), p1, acc1);
-        b += 2;
-    }
-    if b < nb {
-        let (s, p) = term(b);
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(s), p, acc0);
-    }
-    _mm256_add_ps(acc0, acc1)
-}
-
-/// Int8 activations of block `b` (32 values).
-///
-/// # Safety
-/// The CPU supports AVX2; `a.q` holds at least `32 (b + 1)` values.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn acts(a: &Q8Acts, b: usize) -> __m256i {
-    debug_assert!(a.q.len() >= QK * (b + 1));
-    // SAFETY: the caller guarantees the 32 values at 32 b.
-    _mm256_loadu_si256(a.q.as_ptr().add(b * QK).cast::<__m256i>())
-}
-
-/// Q4_1 row against int8 activations: `sum_b d_b d_x sum_j q_j q_x,j + m_b d_x sum_j q_x,j`.
-///
-/// # Safety
-/// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
-/// `32 * row.len()` values.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q4_1(row: &[BlockQ4_1], a: &Q8Acts) -> f32 {
-    assert!(a.q.len() >= QK * row.len() && a.s.len() >= row.len());
-    // SAFETY (`acts`): the assert makes `a.q` hold 32 values per block.
-    let acc = two_chains(row.len(), |b| {
-        let blk = &row[b];
-        (f16(blk.d) * a.d[b], dot_u8_i8(nibbles(&blk.qs), acts(a, b)))
-    });
-    // the offsets' term in a pass of its own, four blocks at a time: one chain of scalar
-    // adds through every block would be the kernel's longest dependency
-    let mut mins = [0.0f32; 4];
-    let (quads, rest) = row.as_chunks::<4>();
-    for (q, s) in quads.iter().zip(a.s.chunks_exact(4)) {
-        for j in 0..4 {
-            mins[j] += f16(q[j].m) * s[j];
-        }
-    }
-    let tail = &a.s[4 * quads.len()..];
-    let last: f32 = rest.iter().zip(tail).map(|(blk, s)| f16(blk.m) * s).sum();
-    hsum(acc) + (mins[0] + mins[1]) + (mins[2] + mins[3]) + last
-}
-
-/// Q4_0 row against int8 activations: `sum_b d_b d_x sum_j (q_j - 8) q_x,j`.
-///
-/// # Safety
-/// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
-/// `32 * row.len()` values.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q4_0(row: &[BlockQ4_0], a: &Q8Acts) -> f32 {
-    assert!(a.q.len() >= QK * row.len());
-    let eight = _mm256_set1_epi8(8);
-    // SAFETY (`acts`): the assert makes `a.q` hold 32 values per block.
-    hsum(two_chains(row.len(), |b| {
-        let blk = &row[b];
-        let w = _mm256_sub_epi8(nibbles(&blk.qs), eight);
-        let p = dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(acts(a, b), w));
-        (f16(blk.d) * a.d[b], p)
-    }))
-}
-
-/// Q8_0 row against int8 activations: `sum_b d_b d_x sum_j q_j q_x,j`.
-///
-/// # Safety
-/// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
-/// `32 * row.len()` values.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q8_0(row: &[BlockQ8_0], a: &Q8Acts) -> f32 {
-    assert!(a.q.len() >= QK * row.len());
-    // SAFETY (`acts`): the assert makes `a.q` hold 32 values per block; the 32-byte load of
-    // the weights reads exactly `qs`.
-    hsum(two_chains(row.len(), |b| {
-        let blk = &row[b];
-        let w = _mm256_loadu_si256(blk.qs.as_ptr().cast::<__m256i>());
-        let p = dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(acts(a, b), w));
-        (f16(blk.d) * a.d[b], p)
-    }))
-}
+use crate::quant::{scale_min_k4, BlockQ4K, BlockQ5K, BlockQ6K, F16Bytes};
 
 /// `sum(w_j x_j)` of 32 unsigned weights (below 64) and 32 int8 activations, as 8 i32 lanes.
 #[inline]
@@ -158,46 +39,6 @@ unsafe fn dot_u8_i8_i32(w: __m256i, x: __m256i) -> __m256i {
     // SAFETY: register operations only; the CPU features are the caller's proof.
     // w < 64 and |x| <= 127: a pair sums to at most 16002, inside i16 (no saturation)
     _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
-}
-
-/// The 32 bits of `qh` as 32 bytes: byte `j` is 0xff when bit `j` is set, else 0.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn bits_to_bytes(qh: [u8; 4]) -> __m256i {
-    // SAFETY: register operations only; the CPU features are the caller's proof.
-    // byte j takes byte j / 8 of qh (the shuffle works per 128-bit half: both hold qh) ...
-    let spread = _mm256_shuffle_epi8(
-        _mm256_set1_epi32(i32::from_le_bytes(qh)),
-        _mm256_setr_epi64x(
-            0,
-            0x0101_0101_0101_0101,
-            0x0202_0202_0202_0202,
-            0x0303_0303_0303_0303,
-        ),
-    );
-    // ... then every bit but bit j % 8 is set, so the byte is all ones exactly when bit j was
-    let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe_u64 as i64);
-    _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1))
-}
-
-/// Q5_0 row against int8 activations: `sum_b d_b d_x sum_j (q_j - 16) q_x,j`, the fifth bit of
-/// value `j` bit `j` of `qh`.
-///
-/// # Safety
-/// The CPU supports AVX2, FMA and F16C; `a` holds int8 activations for at least
-/// `32 * row.len()` values.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn dot_q5_0(row: &[BlockQ5_0], a: &Q8Acts) -> f32 {
-    assert!(a.q.len() >= QK * row.len());
-    let (bit, sixteen) = (_mm256_set1_epi8(0x10), _mm256_set1_epi8(16));
-    // SAFETY (`acts`): the assert makes `a.q` hold 32 values per block.
-    hsum(two_chains(row.len(), |b| {
-        let blk = &row[b];
-        let high = _mm256_and_si256(bits_to_bytes(blk.qh), bit);
-        let w = _mm256_sub_epi8(_mm256_or_si256(nibbles(&blk.qs), high), sixteen);
-        let p = dot_u8_i8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(acts(a, b), w));
-        (f16(blk.d) * a.d[b], p)
-    }))
 }
 
 /// The parts of a Q4_K or Q5_K block the shared kernels [`dot_k4`] and [`dot_k4_q8k`] read.

@@ -82,6 +82,52 @@ pub fn dot_row(ty: GgmlType, row: &[u8], a: &Q8Acts, k: Kernels) -> Result<f32> 
     Ok(dot_row_checked(ty, row, a, k))
 }
 
+/// Eight rows of `ty` (`rows`, `row_bytes` each) times the activations `a` by the kernels
+/// `k`, where they multiply eight rows of `ty` at once (AVX2, int8 activations, Q4_0, Q4_1,
+/// Q5_0 and Q8_0): each row the same bits as [`dot_row_checked`] gives it alone. `None`
+/// elsewhere. The caller checked `(ty, row_bytes, a.len())` as for [`dot_row_checked`].
+#[inline]
+pub(crate) fn dot_rows8_checked(
+    ty: GgmlType,
+    rows: &[u8],
+    row_bytes: usize,
+    a: &Q8Acts,
+    k: Kernels,
+) -> Option<[f32; 8]> {
+    debug_assert!(rows.len() == 8 * row_bytes && check_row(ty, row_bytes, a.len()).is_ok());
+    #[cfg(target_arch = "x86_64")]
+    {
+        use super::avx2_rows::{rows8_nibbles, rows8_q8_0};
+        if a.precision != ActPrecision::Int8 || !matches!(k, Kernels::Avx2(_)) {
+            return None;
+        }
+        fn eight<B: QuantBlock>(rows: &[u8], row_bytes: usize) -> [&[B]; 8] {
+            std::array::from_fn(|i| blocks(&rows[i * row_bytes..(i + 1) * row_bytes]))
+        }
+        // SAFETY (each arm): `k` is `Kernels::Avx2` only with a token from `Avx2::detect`, so
+        // the CPU runs AVX2, FMA and F16C; the caller's check made each row whole blocks of
+        // exactly `a.len()` values, and `a` is int8 (`Q8Acts::quantize` sized its buffers).
+        match ty {
+            GgmlType::Q4_0 => {
+                Some(unsafe { rows8_nibbles::<BlockQ4_0>(&eight(rows, row_bytes), a) })
+            }
+            GgmlType::Q4_1 => {
+                Some(unsafe { rows8_nibbles::<BlockQ4_1>(&eight(rows, row_bytes), a) })
+            }
+            GgmlType::Q5_0 => {
+                Some(unsafe { rows8_nibbles::<BlockQ5_0>(&eight(rows, row_bytes), a) })
+            }
+            GgmlType::Q8_0 => Some(unsafe { rows8_q8_0(&eight(rows, row_bytes), a) }),
+            _ => None,
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (ty, rows, row_bytes, a, k);
+        None
+    }
+}
+
 /// `row` as blocks of `B`; the caller checked the length.
 #[inline]
 fn blocks<B: QuantBlock>(row: &[u8]) -> &[B] {
@@ -143,22 +189,22 @@ pub(crate) fn dot_row_checked(ty: GgmlType, row: &[u8], a: &Q8Acts, k: Kernels) 
         #[cfg(target_arch = "x86_64")]
         (GgmlType::Q4_1, Kernels::Avx2(_), true) => {
             // SAFETY: see above: features proven, `a` int8 with 32 quants per block.
-            unsafe { super::avx2_int8::dot_q4_1(blocks(row), a) }
+            unsafe { super::avx2_rows::one_row::<BlockQ4_1>(blocks(row), a) }
         }
         #[cfg(target_arch = "x86_64")]
         (GgmlType::Q4_0, Kernels::Avx2(_), true) => {
             // SAFETY: see above: features proven, `a` int8 with 32 quants per block.
-            unsafe { super::avx2_int8::dot_q4_0(blocks(row), a) }
+            unsafe { super::avx2_rows::one_row::<BlockQ4_0>(blocks(row), a) }
         }
         #[cfg(target_arch = "x86_64")]
         (GgmlType::Q8_0, Kernels::Avx2(_), true) => {
             // SAFETY: see above: features proven, `a` int8 with 32 quants per block.
-            unsafe { super::avx2_int8::dot_q8_0(blocks(row), a) }
+            unsafe { super::avx2_rows::one_row_q8_0(blocks(row), a) }
         }
         #[cfg(target_arch = "x86_64")]
         (GgmlType::Q5_0, Kernels::Avx2(_), true) => {
             // SAFETY: see above: features proven, `a` int8 with 32 quants per block.
-            unsafe { super::avx2_int8::dot_q5_0(blocks(row), a) }
+            unsafe { super::avx2_rows::one_row::<BlockQ5_0>(blocks(row), a) }
         }
         #[cfg(target_arch = "x86_64")]
         (GgmlType::Q4_K, Kernels::Avx2(_), true) if q8k => {

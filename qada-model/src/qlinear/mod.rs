@@ -19,8 +19,9 @@
 //!
 //! Files, one idea each: `acts.rs` ([`Q8Acts`], the activations prepared once per product),
 //! `dispatch.rs` ([`Kernels`], [`dot_row`]: length checks and the choice of kernel),
-//! `avx2.rs` (f32 activations), `avx2_int8.rs` (int8 activations) and `portable.rs`
-//! (the kernels), `tiles_int8.rs` and `tiles_int8_x86.rs` (prefill's products with int8
+//! `avx2.rs` (f32 activations), `avx2_rows.rs` (int8 activations, the 32-value types eight
+//! rows at a time), `avx2_int8.rs` (int8 activations, the K-quants) and `portable.rs` (the
+//! kernels), `tiles_int8.rs` and `tiles_int8_x86.rs` (prefill's products with int8
 //! activations: weights in integer form, eight rows by four tokens per kernel call), this
 //! file ([`QLinear`]: products of a whole layer, and prefill's f32 tiles). Blocks are read
 //! through the typed views of [`crate::quant`].
@@ -65,6 +66,8 @@ mod acts;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_int8;
+#[cfg(target_arch = "x86_64")]
+mod avx2_rows;
 mod dispatch;
 mod portable;
 mod tiles_int8;
@@ -287,17 +290,30 @@ impl QLinear {
             return Err(length("output of a matrix-vector product", rows, y.len()));
         }
         let k = Kernels::detect();
-        let chunk = (rows / (4 * rayon::current_num_threads().max(1))).max(16);
+        // chunks of whole groups of eight rows (a group's rows in one chunk)
+        let chunk = (rows / (4 * rayon::current_num_threads().max(1))).max(16) / 8 * 8;
         y.par_chunks_mut(chunk).enumerate().for_each(|(c, out)| {
             // the matrix of the chunk's first row, and where that matrix starts in `y`
             let (mut m, mut start) = (0, 0);
-            for (i, o) in out.iter_mut().enumerate() {
+            let mut i = 0;
+            while i < out.len() {
                 let r = c * chunk + i;
                 while r >= start + ws[m].rows {
                     start += ws[m].rows;
                     m += 1;
                 }
-                *o = ws[m].row_dot(r - start, a, k);
+                // eight rows at once where the kernels have the form and the eight rows are
+                // this matrix's and this chunk's; a row's product is the same either way
+                let last = (start + ws[m].rows).min(c * chunk + out.len());
+                if r + 8 <= last {
+                    if let Some(v) = ws[m].rows8_dot(r - start, a, k) {
+                        out[i..i + 8].copy_from_slice(&v);
+                        i += 8;
+                        continue;
+                    }
+                }
+                out[i] = ws[m].row_dot(r - start, a, k);
+                i += 1;
             }
         });
         let mut start = 0;
@@ -311,6 +327,25 @@ impl QLinear {
             start += w.rows;
         }
         Ok(())
+    }
+
+    /// Rows `r..r + 8` of `W` times the prepared activations, where the kernels multiply
+    /// eight rows of this type at once (`None` elsewhere); lengths checked by the caller,
+    /// `r + 8 <= rows`.
+    #[inline]
+    fn rows8_dot(&self, r: usize, a: &Q8Acts, k: Kernels) -> Option<[f32; 8]> {
+        match &self.storage {
+            Storage::F32(_) => None,
+            Storage::Blocks {
+                ty,
+                data,
+                row_bytes,
+            } => {
+                let rows = &data[r * row_bytes..(r + 8) * row_bytes];
+                // checked: `from_blocks` made rows of `cols` values, `a` holds `cols`
+                dispatch::dot_rows8_checked(*ty, rows, *row_bytes, a, k)
+            }
+        }
     }
 
     /// Row `r` of `W` times the prepared activations (lengths checked by the caller).
