@@ -55,7 +55,7 @@ impl std::str::FromStr for ActPrecision {
 /// block of 256 for the K-quant rows (llama.cpp's Q8_K form).
 ///
 /// Every buffer is rebuilt by [`Q8Acts::quantize`], so the lengths always agree with
-/// [`Q8Acts::len`]: the kernels rely on it.
+/// [`Q8Acts::len`] (the forms of the other precision empty): the kernels rely on it.
 #[derive(Clone, Debug, Default)]
 pub struct Q8Acts {
     /// The f32 activations (for the types multiplied in f32).
@@ -71,7 +71,8 @@ pub struct Q8Acts {
     /// Sum of the f32 values of each block.
     pub(crate) sums: Vec<f32>,
     /// The f32 activations of each 32-block in the order the AVX2 Q4 kernel unpacks nibbles
-    /// ([`nibble_order`]), the last block padded with zeros.
+    /// ([`nibble_order`]), the last block padded with zeros; empty for int8 (no kernel reads
+    /// it there).
     pub(crate) f_nib: Vec<f32>,
     /// The Q8_K form (one scale per 256 values) the K-quant kernels read; empty unless
     /// int8 and the length is whole blocks of 256.
@@ -180,10 +181,13 @@ impl Q8Acts {
         self.sums
             .extend(x.chunks(QK).map(|c| c.iter().sum::<f32>()));
         self.f_nib.clear();
-        self.f_nib.resize(nb * QK, 0.0);
-        for (b, out) in self.f_nib.chunks_exact_mut(QK).enumerate() {
-            for (p, o) in out.iter_mut().enumerate() {
-                *o = x.get(b * QK + nibble_order(p)).copied().unwrap_or(0.0);
+        if self.precision == ActPrecision::F32 {
+            // only the Q4_1 x f32 kernel reads it (int8 activations meet Q4_1 rows in integers)
+            self.f_nib.resize(nb * QK, 0.0);
+            for (b, out) in self.f_nib.chunks_exact_mut(QK).enumerate() {
+                for (p, o) in out.iter_mut().enumerate() {
+                    *o = x.get(b * QK + nibble_order(p)).copied().unwrap_or(0.0);
+                }
             }
         }
         self.k.quantize(&[]);
@@ -267,7 +271,12 @@ mod tests {
             let nb = n.div_ceil(QK);
             assert_eq!(a.len(), n);
             assert_eq!((a.sums.len(), a.d.len(), a.s.len()), (nb, nb, nb));
-            assert_eq!((a.q.len(), a.f_nib.len()), (nb * QK, nb * QK));
+            assert_eq!((a.q.len(), a.f_nib.len()), (nb * QK, 0));
+        }
+        let mut f = Q8Acts::new(ActPrecision::F32);
+        for n in [70usize, 0, 64] {
+            f.quantize(&vec![1.0; n]);
+            assert_eq!(f.f_nib.len(), n.div_ceil(QK) * QK);
         }
         for (n, whole) in [
             (512usize, true),
