@@ -114,10 +114,12 @@ impl Q8K {
             let d = amax / 127.0;
             let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
             let start = self.q.len();
-            self.q.extend(
-                xs.iter()
-                    .map(|&v| nearest_int(v * inv).clamp(-127, 127) as i8),
-            );
+            self.q.resize(start + QK_K, 0);
+            let (xs32, _) = xs.as_chunks::<QK>();
+            let (qs32, _) = self.q[start..].as_chunks_mut::<QK>();
+            for (x, q) in xs32.iter().zip(qs32) {
+                round_whole(x, inv, q);
+            }
             self.bsums.extend(
                 self.q[start..]
                     .chunks_exact(BSUM)
@@ -220,19 +222,46 @@ pub(crate) fn quantize_block(xs: &[f32], q: &mut [i8]) -> f32 {
     let amax = xs.iter().fold(0.0f32, |a, v| a.max(v.abs()));
     let d = amax / 127.0;
     let inv = if d > 0.0 { 1.0 / d } else { 0.0 };
+    match (
+        <&[f32; QK]>::try_from(xs),
+        <&mut [i8; QK]>::try_from(&mut *q),
+    ) {
+        (Ok(xs), Ok(q)) => round_whole(xs, inv, q),
+        _ => round_values(xs, inv, q),
+    }
+    d
+}
+
+/// `q_i = round(x_i inv)` clamped to [-127, 127], zeros past `xs`.
+fn round_values(xs: &[f32], inv: f32, q: &mut [i8]) {
     for (i, qi) in q.iter_mut().enumerate() {
         let v = xs.get(i).map_or(0, |&v| nearest_int(v * inv));
         *qi = v.clamp(-127, 127) as i8;
     }
-    d
 }
+
+/// [`round_values`] of a whole block, in loops without branches that LLVM vectorizes
+/// (rounded and clamped as floats, then cast: every value fits an i8; NaN casts to 0 as
+/// there). Decoding quantizes every product's input with it.
+fn round_whole(xs: &[f32; QK], inv: f32, q: &mut [i8; QK]) {
+    let mut r = [0.0f32; QK];
+    for (r, &v) in r.iter_mut().zip(xs) {
+        *r = (((v * inv) + MAGIC) - MAGIC).clamp(-127.0, 127.0);
+    }
+    for (q, &r) in q.iter_mut().zip(&r) {
+        *q = r as i8;
+    }
+}
+
+/// `1.5 * 2^23`: `(x + MAGIC) - MAGIC` is `x` rounded to the nearest integer, ties to even,
+/// for `|x| <= 2^22` (no fraction bits are left after the addition).
+const MAGIC: f32 = 12_582_912.0;
 
 /// `x` rounded to the nearest integer, ties to even (llama.cpp's `nearest_int`), for
 /// `|x| <= 2^22`: adding `1.5 * 2^23` leaves no fraction bits, so the addition rounds. No
 /// library call (`roundf` is one on x86-64 without SSE4.1), so the loops over it vectorize.
 #[inline(always)]
 fn nearest_int(x: f32) -> i32 {
-    const MAGIC: f32 = 12_582_912.0; // 1.5 * 2^23
     ((x + MAGIC) - MAGIC) as i32
 }
 
@@ -252,6 +281,45 @@ pub(crate) fn nibble_order(p: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The vectorized rounding of a whole block is the per-value one: ties, values past
+    /// the clamp, zeros, infinities and NaN included.
+    #[test]
+    fn a_whole_block_rounds_as_value_by_value() {
+        let specials = [
+            0.5f32,
+            1.5,
+            -2.5,
+            127.49,
+            127.5,
+            -300.0,
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            1e-30,
+        ];
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        for case in 0..2000 {
+            let xs: [f32; QK] = std::array::from_fn(|i| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                if case % 3 == 0 && i % 5 == 0 {
+                    specials[(s % specials.len() as u64) as usize]
+                } else {
+                    ((s >> 11) as f32 / (1u64 << 53) as f32 - 0.5) * 400.0
+                }
+            });
+            for inv in [1.0f32, 0.37, 0.0, 1e6] {
+                let (mut whole, mut each) = ([0i8; QK], [0i8; QK]);
+                round_whole(&xs, inv, &mut whole);
+                round_values(&xs, inv, &mut each);
+                assert_eq!(whole, each, "inv {inv}, x {xs:?}");
+            }
+        }
+    }
 
     #[test]
     fn nibble_order_is_a_permutation_of_a_block() {
