@@ -33,66 +33,48 @@ use super::avx2::f16;
 use super::{Q8Acts, QK};
 use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, F16Bytes};
 
+/// What the kernels read of a nibble block.
+pub(crate) struct NibbleParts<'b> {
+    /// The block's scale.
+    d: F16Bytes,
+    /// The block's minimum (Q4_1); `None` for the offset types.
+    m: Option<F16Bytes>,
+    /// The low four bits of the 32 quants, two a byte (value `j` in byte `j % 16`, low
+    /// nibble for `j < 16`).
+    qs: &'b [u8; 16],
+    /// The fifth bits, bit `j` for value `j` (Q5_0); 0 for the 4-bit types.
+    qh: u32,
+}
+
 /// A block of 32 values kept as 16 bytes of nibbles (plus a fifth bit for Q5_0).
 pub(crate) trait NibbleBlock: Copy {
     /// The offset `c` subtracted from every quant (0 for Q4_1, whose minimum is `m`).
     const OFFSET: i32;
-    /// The block's scale.
-    fn d(&self) -> F16Bytes;
-    /// The block's minimum (Q4_1); `None` for the offset types.
-    fn m(&self) -> Option<F16Bytes>;
-    /// The low four bits of the 32 quants, two a byte (value `j` in byte `j % 16`, low
-    /// nibble for `j < 16`).
-    fn qs(&self) -> &[u8; 16];
-    /// The fifth bits, bit `j` for value `j` (Q5_0); 0 for the 4-bit types.
-    fn qh(&self) -> u32;
+    /// The block's parts.
+    fn parts(&self) -> NibbleParts<'_>;
 }
 
 impl NibbleBlock for BlockQ4_0 {
     const OFFSET: i32 = 8;
-    fn d(&self) -> F16Bytes {
-        self.d
-    }
-    fn m(&self) -> Option<F16Bytes> {
-        None
-    }
-    fn qs(&self) -> &[u8; 16] {
-        &self.qs
-    }
-    fn qh(&self) -> u32 {
-        0
+    fn parts(&self) -> NibbleParts<'_> {
+        let (d, m, qs, qh) = (self.d, None, &self.qs, 0);
+        NibbleParts { d, m, qs, qh }
     }
 }
 
 impl NibbleBlock for BlockQ4_1 {
     const OFFSET: i32 = 0;
-    fn d(&self) -> F16Bytes {
-        self.d
-    }
-    fn m(&self) -> Option<F16Bytes> {
-        Some(self.m)
-    }
-    fn qs(&self) -> &[u8; 16] {
-        &self.qs
-    }
-    fn qh(&self) -> u32 {
-        0
+    fn parts(&self) -> NibbleParts<'_> {
+        let (d, m, qs, qh) = (self.d, Some(self.m), &self.qs, 0);
+        NibbleParts { d, m, qs, qh }
     }
 }
 
 impl NibbleBlock for BlockQ5_0 {
     const OFFSET: i32 = 16;
-    fn d(&self) -> F16Bytes {
-        self.d
-    }
-    fn m(&self) -> Option<F16Bytes> {
-        None
-    }
-    fn qs(&self) -> &[u8; 16] {
-        &self.qs
-    }
-    fn qh(&self) -> u32 {
-        u32::from_le_bytes(self.qh)
+    fn parts(&self) -> NibbleParts<'_> {
+        let (d, m, qs, qh) = (self.d, None, &self.qs, u32::from_le_bytes(self.qh));
+        NibbleParts { d, m, qs, qh }
     }
 }
 
@@ -138,15 +120,20 @@ pub(crate) unsafe fn one_row<B: NibbleBlock>(row: &[B], a: &Q8Acts) -> f32 {
     assert!(a.q.len() >= QK * row.len() && a.d.len() >= row.len() && a.s.len() >= row.len());
     assert!(a.qsum.len() >= row.len());
     let int = |b: usize| {
-        let blk = &row[b];
-        let (qs, qh) = (blk.qs(), blk.qh());
+        let NibbleParts { qs, qh, .. } = row[b].parts();
         let q = |j: usize| {
             let nib = if j < 16 { qs[j] & 15 } else { qs[j - 16] >> 4 };
             nib as i32 | ((((qh >> j) & 1) as i32) << 4)
         };
         int_dot(q, a, b) - B::OFFSET * a.qsum[b]
     };
-    finish(row.len(), a, int, |b| row[b].d(), |b| row[b].m())
+    finish(
+        row.len(),
+        a,
+        int,
+        |b| row[b].parts().d,
+        |b| row[b].parts().m,
+    )
 }
 
 /// One Q8_0 row against int8 activations, by the steps of the module doc in scalar
@@ -235,12 +222,12 @@ unsafe fn nibble_block<B: NibbleBlock>(rows: &[&[B]; 8], a: &Q8Acts, b: usize) -
     let xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(x.cast()));
     let xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128(x.add(16).cast()));
     let pair = |p: usize| {
-        let (r0, r1) = (&rows[p][b], &rows[p + 4][b]);
-        let v = _mm256_loadu2_m128i(r1.qs().as_ptr().cast(), r0.qs().as_ptr().cast());
+        let (r0, r1) = (rows[p][b].parts(), rows[p + 4][b].parts());
+        let v = _mm256_loadu2_m128i(r1.qs.as_ptr().cast(), r0.qs.as_ptr().cast());
         let mut lo = _mm256_and_si256(v, low);
         let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
         if B::OFFSET == 16 {
-            let (h0, h1) = (r0.qh(), r1.qh());
+            let (h0, h1) = (r0.qh, r1.qh);
             lo = _mm256_or_si256(lo, fifth_bits(h0 & 0xffff, h1 & 0xffff));
             hi = _mm256_or_si256(hi, fifth_bits(h0 >> 16, h1 >> 16));
         }
@@ -259,7 +246,7 @@ unsafe fn nibble_block<B: NibbleBlock>(rows: &[&[B]; 8], a: &Q8Acts, b: usize) -
     } else {
         h
     };
-    let s = _mm256_mul_ps(f16x8(|i| rows[i][b].d()), _mm256_set1_ps(a.d[b]));
+    let s = _mm256_mul_ps(f16x8(|i| rows[i][b].parts().d), _mm256_set1_ps(a.d[b]));
     (s, _mm256_cvtepi32_ps(h))
 }
 
@@ -286,8 +273,8 @@ pub(crate) unsafe fn rows8_nibbles<B: NibbleBlock>(rows: &[&[B]; 8], a: &Q8Acts)
         } else {
             o = _mm256_fmadd_ps(s, h, o);
         }
-        if rows[0][b].m().is_some() {
-            let m = f16x8(|i| rows[i][b].m().unwrap_or_default());
+        if rows[0][b].parts().m.is_some() {
+            let m = f16x8(|i| rows[i][b].parts().m.unwrap_or_default());
             mins = _mm256_fmadd_ps(m, _mm256_set1_ps(a.s[b]), mins);
         }
         b += 1;
