@@ -149,6 +149,9 @@ pub(crate) unsafe fn one_row_q8_0(row: &[BlockQ8_0], a: &Q8Acts) -> f32 {
 }
 
 /// The f16 values `h(0)`, ..., `h(7)` as eight f32 lanes.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C (the caller's token).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn f16x8(h: impl Fn(usize) -> F16Bytes) -> __m256 {
@@ -168,6 +171,9 @@ unsafe fn f16x8(h: impl Fn(usize) -> F16Bytes) -> __m256 {
 
 /// The 16 bits `bits` as 16 bytes in each 128-bit half (`lo` in the low half, `hi` in the
 /// high one): byte `j` is 0x10 when bit `j` is set, else 0.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C (the caller's token).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn fifth_bits(lo: u32, hi: u32) -> __m256i {
@@ -185,6 +191,9 @@ unsafe fn fifth_bits(lo: u32, hi: u32) -> __m256i {
 
 /// Eight i32 vectors, one per row, to one vector of each row's lane sum, rows in order:
 /// `v[i]` is row `i`'s.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C (the caller's token).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn sum_rows(v: [__m256i; 8]) -> __m256i {
@@ -346,6 +355,9 @@ pub(crate) unsafe fn rows8_q8_0(rows: &[&[BlockQ8_0]; 8], a: &Q8Acts) -> [f32; 8
 /// rows lie one after another in a matrix, so the next group starts where the last row ends):
 /// eight rows at once read eight places of memory, more than the hardware prefetcher follows.
 /// A prefetch never faults; past the matrix's end it asks for bytes nobody reads.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C (the caller's token).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn prefetch_ahead<B>(rows: &[&[B]; 8], b: usize) {
@@ -364,6 +376,9 @@ unsafe fn prefetch_ahead<B>(rows: &[&[B]; 8], b: usize) {
 }
 
 /// The eight lanes of `v`.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C (the caller's token).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn lanes(v: __m256) -> [f32; 8] {

@@ -104,20 +104,30 @@ pub(crate) fn dot_rows8_checked(
         fn eight<B: QuantBlock>(rows: &[u8], row_bytes: usize) -> [&[B]; 8] {
             std::array::from_fn(|i| blocks(&rows[i * row_bytes..(i + 1) * row_bytes]))
         }
-        // SAFETY (each arm): `k` is `Kernels::Avx2` only with a token from `Avx2::detect`, so
-        // the CPU runs AVX2, FMA and F16C; the caller's check made each row whole blocks of
-        // exactly `a.len()` values, and `a` is int8 (`Q8Acts::quantize` sized its buffers).
+        // Every arm: `k` is `Kernels::Avx2` only with a token from `Avx2::detect`, so the CPU
+        // runs AVX2, FMA and F16C; the caller's check made each row whole blocks of exactly
+        // `a.len()` values, and `a` is int8 (`Q8Acts::quantize` sized its buffers).
         match ty {
             GgmlType::Q4_0 => {
-                Some(unsafe { rows8_nibbles::<BlockQ4_0>(&eight(rows, row_bytes), a) })
+                let rows = eight::<BlockQ4_0>(rows, row_bytes);
+                // SAFETY: as above: features proven, eight whole Q4_0 rows of `a.len()` values.
+                Some(unsafe { rows8_nibbles(&rows, a) })
             }
             GgmlType::Q4_1 => {
-                Some(unsafe { rows8_nibbles::<BlockQ4_1>(&eight(rows, row_bytes), a) })
+                let rows = eight::<BlockQ4_1>(rows, row_bytes);
+                // SAFETY: as above: features proven, eight whole Q4_1 rows of `a.len()` values.
+                Some(unsafe { rows8_nibbles(&rows, a) })
             }
             GgmlType::Q5_0 => {
-                Some(unsafe { rows8_nibbles::<BlockQ5_0>(&eight(rows, row_bytes), a) })
+                let rows = eight::<BlockQ5_0>(rows, row_bytes);
+                // SAFETY: as above: features proven, eight whole Q5_0 rows of `a.len()` values.
+                Some(unsafe { rows8_nibbles(&rows, a) })
             }
-            GgmlType::Q8_0 => Some(unsafe { rows8_q8_0(&eight(rows, row_bytes), a) }),
+            GgmlType::Q8_0 => {
+                let rows = eight::<BlockQ8_0>(rows, row_bytes);
+                // SAFETY: as above: features proven, eight whole Q8_0 rows of `a.len()` values.
+                Some(unsafe { rows8_q8_0(&rows, a) })
+            }
             _ => None,
         }
     }
