@@ -85,6 +85,55 @@ impl Avx512 {
     }
 }
 
+/// Proof that this CPU runs AVX-512 VNNI code on 512- and 256-bit registers (`vpdpbusd` in its
+/// EVEX form: 64 u8 x i8 products summed into sixteen i32 lanes in one instruction) with
+/// AVX-512 BW (byte masks, `vpabsb`) and VL besides what an [`Avx512`] token proves, and that
+/// `QADA_NO_VNNI` is unset as well as what [`Avx512::detect`] asks. Zen 4 and the Xeons since
+/// Cascade Lake have it; AVX-VNNI ([`AvxVnni`], the VEX form) is a different CPUID bit, which
+/// Zen 4 lacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Avx512Vnni {
+    avx512: Avx512,
+}
+
+impl Avx512Vnni {
+    /// The token when [`Avx512::detect`] gives one, the CPU has AVX-512 BW, VL and VNNI and
+    /// `QADA_NO_VNNI` is unset; detected once per process.
+    #[inline]
+    pub fn detect() -> Option<Avx512Vnni> {
+        static DETECTED: OnceLock<bool> = OnceLock::new();
+        let avx512 = Avx512::detect()?;
+        let ok = *DETECTED.get_or_init(|| {
+            std::env::var_os("QADA_NO_VNNI").is_none() && cpu_has_avx512_bw_vl_vnni()
+        });
+        ok.then_some(Avx512Vnni { avx512 })
+    }
+
+    /// The AVX2 token this one implies.
+    #[inline]
+    pub fn avx2(self) -> Avx2 {
+        self.avx512.avx2
+    }
+
+    /// The AVX-512F token this one implies.
+    #[inline]
+    pub fn avx512(self) -> Avx512 {
+        self.avx512
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn cpu_has_avx512_bw_vl_vnni() -> bool {
+    is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn cpu_has_avx512_bw_vl_vnni() -> bool {
+    false
+}
+
 #[cfg(target_arch = "x86_64")]
 fn cpu_has_avx512f() -> bool {
     is_x86_feature_detected!("avx512f")
@@ -106,9 +155,10 @@ fn cpu_has_avx_vnni() -> bool {
 }
 
 /// The kernel sets this process runs, by the tokens detection gives: `portable` alone, or
-/// `avx2` (every kernel with an AVX2 path) plus `avx-vnni` (int8 prefill tiles) and `avx512f`
-/// (the channel rule's column page masses) where they are detected. What `qada bench`
-/// records beside its figures.
+/// `avx2` (every kernel with an AVX2 path) plus `avx-vnni` (int8 prefill tiles), `avx512f`
+/// (the channel rule's column page masses) and `avx512-vnni` (decoding's int8 products of
+/// eight rows, int8 prefill tiles) where they are detected. What `qada bench` records beside
+/// its figures.
 pub fn kernel_sets() -> Vec<&'static str> {
     if Avx2::detect().is_none() {
         return vec!["portable"];
@@ -119,6 +169,9 @@ pub fn kernel_sets() -> Vec<&'static str> {
     }
     if Avx512::detect().is_some() {
         sets.push("avx512f");
+    }
+    if Avx512Vnni::detect().is_some() {
+        sets.push("avx512-vnni");
     }
     sets
 }

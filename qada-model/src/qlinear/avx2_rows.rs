@@ -10,19 +10,20 @@
 //! - `m = fma(m_b, s_b, m)` over all blocks (Q4_1);
 //! - the row's product is `(e + o) + m`.
 //!
-//! [`rows8_nibbles`] and [`rows8_q8_0`] run these steps in the eight lanes of one vector, a
-//! row a lane; [`one_row`] runs them for one row in scalar arithmetic (the integers exact,
-//! the same roundings in the same order). So a row's product is the same bits whether it
-//! went through eight rows or alone (a matrix's last `rows % 8` rows, [`super::dot_row`]).
+//! [`group8_nibbles`] and [`group8_q8_0`] run these steps in the eight lanes of one vector,
+//! a row a lane, on a group of eight rows interleaved field by field (`interleave.rs`);
+//! [`one_row`] runs them for one row-major row in scalar arithmetic (the integers exact, the
+//! same roundings in the same order). So a row's product is the same bits whether it went
+//! through a group or alone (a matrix's last `rows % 8` rows, [`super::dot_row`]).
 //!
-//! Against the one-row kernels this replaces, eight rows share each block's activations, its
-//! scale conversions and its float work: per block, the eight rows' integer sums meet in one
-//! vector by three (nibble types) or six (Q8_0) `vphaddd`, then one conversion and one FMA
-//! for all eight. Nibble rows go in pairs (rows `p` and `p + 4` in the two 128-bit halves),
-//! so one 256-bit unpack serves two rows. Each block also asks for the next group's bytes
-//! ([`prefetch_ahead`]): reading eight rows at once, the kernel without it was slower than
-//! one row at a time (SmolLM2 decode on Zen 3, one thread: 49-51 against 54-66 tokens/s);
-//! with it, 94-102.
+//! Eight rows share each block's activations, its scale conversions and its float work: per
+//! block, the eight scales are one load and one conversion, the eight rows' integer sums meet
+//! in one vector by three (nibble types) or six (Q8_0) `vphaddd`, then one FMA serves all
+//! eight. Nibble rows go in pairs (two rows' 16 quant bytes are one 32-byte load), so one
+//! 256-bit unpack serves two rows. A group is one run of memory, which the hardware prefetcher
+//! follows; read from eight row-major rows, the same kernel needed a software prefetch of the
+//! next group (eight streams are more than the prefetcher follows) and eight inserts per
+//! field to gather the scales.
 //!
 //! Every kernel is `unsafe` and `#[target_feature(enable = "avx2,fma,f16c")]`: the caller holds
 //! a [`qada_stats::simd::Avx2`] token and has checked that `a` is int8 and covers the rows.
@@ -36,26 +37,37 @@ use crate::quant::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ8_0, F16Bytes};
 /// What the kernels read of a nibble block.
 pub(crate) struct NibbleParts<'b> {
     /// The block's scale.
-    d: F16Bytes,
+    pub(crate) d: F16Bytes,
     /// The block's minimum (Q4_1); `None` for the offset types.
-    m: Option<F16Bytes>,
+    pub(crate) m: Option<F16Bytes>,
     /// The low four bits of the 32 quants, two a byte (value `j` in byte `j % 16`, low
     /// nibble for `j < 16`).
-    qs: &'b [u8; 16],
+    pub(crate) qs: &'b [u8; 16],
     /// The fifth bits, bit `j` for value `j` (Q5_0); 0 for the 4-bit types.
-    qh: u32,
+    pub(crate) qh: u32,
 }
 
 /// A block of 32 values kept as 16 bytes of nibbles (plus a fifth bit for Q5_0).
 pub(crate) trait NibbleBlock: Copy {
     /// The offset `c` subtracted from every quant (0 for Q4_1, whose minimum is `m`).
     const OFFSET: i32;
+    /// Where the eight rows' fields start in an interleaved block of a group
+    /// (`interleave.rs`; the eight scales at 0): the minimums (Q4_1), the fifth bits (Q5_0),
+    /// the quants.
+    const M_AT: Option<usize>;
+    /// See [`NibbleBlock::M_AT`].
+    const QH_AT: Option<usize>;
+    /// See [`NibbleBlock::M_AT`].
+    const QS_AT: usize;
     /// The block's parts.
     fn parts(&self) -> NibbleParts<'_>;
 }
 
 impl NibbleBlock for BlockQ4_0 {
     const OFFSET: i32 = 8;
+    const M_AT: Option<usize> = None;
+    const QH_AT: Option<usize> = None;
+    const QS_AT: usize = 16;
     fn parts(&self) -> NibbleParts<'_> {
         let (d, m, qs, qh) = (self.d, None, &self.qs, 0);
         NibbleParts { d, m, qs, qh }
@@ -64,6 +76,9 @@ impl NibbleBlock for BlockQ4_0 {
 
 impl NibbleBlock for BlockQ4_1 {
     const OFFSET: i32 = 0;
+    const M_AT: Option<usize> = Some(16);
+    const QH_AT: Option<usize> = None;
+    const QS_AT: usize = 32;
     fn parts(&self) -> NibbleParts<'_> {
         let (d, m, qs, qh) = (self.d, Some(self.m), &self.qs, 0);
         NibbleParts { d, m, qs, qh }
@@ -72,6 +87,9 @@ impl NibbleBlock for BlockQ4_1 {
 
 impl NibbleBlock for BlockQ5_0 {
     const OFFSET: i32 = 16;
+    const M_AT: Option<usize> = None;
+    const QH_AT: Option<usize> = Some(16);
+    const QS_AT: usize = 48;
     fn parts(&self) -> NibbleParts<'_> {
         let (d, m, qs, qh) = (self.d, None, &self.qs, u32::from_le_bytes(self.qh));
         NibbleParts { d, m, qs, qh }
@@ -148,26 +166,8 @@ pub(crate) unsafe fn one_row_q8_0(row: &[BlockQ8_0], a: &Q8Acts) -> f32 {
     finish(row.len(), a, int, |b| row[b].d, |_| None)
 }
 
-/// The f16 values `h(0)`, ..., `h(7)` as eight f32 lanes.
-///
-/// # Safety
-/// The CPU supports AVX2, FMA and F16C (the caller's token).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn f16x8(h: impl Fn(usize) -> F16Bytes) -> __m256 {
-    let w = |i: usize| u16::from_le_bytes(h(i)) as i32;
-    // SAFETY: register operations only; the CPU features are the caller's proof. The first
-    // lane by `vmovd` (a fresh register: no dependency on an earlier value).
-    let mut v = _mm_cvtsi32_si128(w(0));
-    v = _mm_insert_epi16::<1>(v, w(1));
-    v = _mm_insert_epi16::<2>(v, w(2));
-    v = _mm_insert_epi16::<3>(v, w(3));
-    v = _mm_insert_epi16::<4>(v, w(4));
-    v = _mm_insert_epi16::<5>(v, w(5));
-    v = _mm_insert_epi16::<6>(v, w(6));
-    v = _mm_insert_epi16::<7>(v, w(7));
-    _mm256_cvtph_ps(v)
-}
+/// Where the eight rows' quants start in an interleaved Q8_0 block (after the eight scales).
+pub(crate) const Q8_0_QS_AT: usize = 16;
 
 /// The 16 bits `bits` as 16 bytes in each 128-bit half (`lo` in the low half, `hi` in the
 /// high one): byte `j` is 0x10 when bit `j` is set, else 0.
@@ -207,36 +207,137 @@ unsafe fn sum_rows(v: [__m256i; 8]) -> __m256i {
     )
 }
 
-/// Checks the eight rows share a length the activations cover; returns it.
-fn rows_and_acts<B>(rows: &[&[B]; 8], a: &Q8Acts) -> usize {
-    let nb = rows[0].len();
-    assert!(rows.iter().all(|r| r.len() == nb));
+/// `[r0 r2 r4 r6 | r1 r3 r5 r7]` (even rows in the low half) to rows in order.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C (the caller's token).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn rows_in_order(h: __m256i) -> __m256i {
+    // SAFETY: register operations only; the CPU features are the caller's proof.
+    _mm256_permutevar8x32_epi32(h, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+/// Checks that `group` is whole interleaved blocks of eight rows of `B` (`8 size_of::<B>()`
+/// bytes each) and that the activations cover them; returns the block count.
+pub(crate) fn blocks_and_acts<B>(group: &[u8], a: &Q8Acts) -> usize {
+    let per = 8 * std::mem::size_of::<B>();
+    assert!(group.len().is_multiple_of(per));
+    let nb = group.len() / per;
     assert!(a.q.len() >= QK * nb && a.d.len() >= nb && a.s.len() >= nb && a.qsum.len() >= nb);
     nb
 }
 
-/// Block `b` of eight nibble rows: the rows' scales times the activations' (`d_b d_x,b`)
-/// and the rows' exact integer products `i_b` as f32, rows in order.
+/// The eight f16 values at `p` as f32, in order.
 ///
 /// # Safety
-/// The CPU supports AVX2, FMA and F16C; `b` is a block of every row and of `a`'s int8
-/// values (`rows_and_acts`).
+/// The CPU supports AVX2, FMA and F16C; `p` is valid for 16 bytes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn nibble_block<B: NibbleBlock>(rows: &[&[B]; 8], a: &Q8Acts, b: usize) -> (__m256, __m256) {
+pub(crate) unsafe fn f16x8_at(p: *const u8) -> __m256 {
+    // SAFETY: the caller's guarantee; an unaligned 16-byte read.
+    _mm256_cvtph_ps(_mm_loadu_si128(p.cast()))
+}
+
+/// The block loop of every eight-row kernel, by the steps of the module doc: `$block(group,
+/// a, b)` gives interleaved block `b`'s scales `d_b d_x,b` and exact integer products `i_b`
+/// (as f32) of the group's eight rows, `|$b| $mins` the rows' minimums `m_b` (or `None`);
+/// the value is the eight products, rows in order. `$ty` is the block type. A macro, not a
+/// function taking closures: a closure passed into a `#[target_feature]` function was not
+/// inlined (36 against 60 tokens/s), and each instruction set's kernel needs the loop
+/// compiled with its own features.
+///
+/// Expands to unsafe code: the caller is an unsafe function with AVX2, FMA and F16C enabled
+/// and `$block`'s safety conditions.
+macro_rules! eight_rows {
+    ($ty:ty, $group:expr, $a:expr, $block:expr, |$b:ident| $mins:expr) => {{
+        let (group, a) = ($group, $a);
+        let nb = blocks_and_acts::<$ty>(group, a);
+        let (mut e, mut o, mut mins) = (
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+        );
+        let mut $b = 0;
+        while $b < nb {
+            // `b < nb`, checked by `blocks_and_acts` against the group and `a`
+            let (s, h) = $block(group, a, $b);
+            if $b % 2 == 0 {
+                e = _mm256_fmadd_ps(s, h, e);
+            } else {
+                o = _mm256_fmadd_ps(s, h, o);
+            }
+            let m: Option<__m256> = $mins;
+            if let Some(m) = m {
+                mins = _mm256_fmadd_ps(m, _mm256_set1_ps(a.s[$b]), mins);
+            }
+            $b += 1;
+        }
+        lanes(_mm256_add_ps(_mm256_add_ps(e, o), mins))
+    }};
+}
+pub(crate) use eight_rows;
+
+/// Where interleaved block `b` of a group of `B` starts.
+#[inline]
+pub(crate) fn block_at<B>(group: &[u8], b: usize) -> *const u8 {
+    group
+        .as_ptr()
+        .wrapping_add(b * 8 * std::mem::size_of::<B>())
+}
+
+/// The minimums `m_b` of interleaved block `b` of a group (Q4_1), `None` for the offset
+/// types.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `b` is a block of the group (`blocks_and_acts`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn mins8<B: NibbleBlock>(group: &[u8], b: usize) -> Option<__m256> {
+    // SAFETY: the block's eight minimums are 16 bytes at `M_AT` inside it.
+    B::M_AT.map(|at| f16x8_at(block_at::<B>(group, b).add(at)))
+}
+
+/// The fifth bits of the eight rows of interleaved Q5_0 block `p` (`QH_AT`), row `i`'s in
+/// `qh[i]`; zeros for the 4-bit types.
+///
+/// # Safety
+/// `p` is an interleaved block of `B`.
+#[inline]
+pub(crate) unsafe fn fifth_bits8<B: NibbleBlock>(p: *const u8) -> [u32; 8] {
+    match B::QH_AT {
+        // SAFETY: the eight rows' `qh` are 32 bytes at `QH_AT` inside the block.
+        Some(at) => std::array::from_fn(|i| p.add(at + 4 * i).cast::<u32>().read_unaligned()),
+        None => [0; 8],
+    }
+}
+
+/// Interleaved block `b` of a group of eight nibble rows: the rows' scales times the
+/// activations' (`d_b d_x,b`) and the rows' exact integer products `i_b` as f32, rows in
+/// order.
+///
+/// # Safety
+/// The CPU supports AVX2, FMA and F16C; `b` is a block of the group and of `a`'s int8 values
+/// (`blocks_and_acts`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibble_block<B: NibbleBlock>(group: &[u8], a: &Q8Acts, b: usize) -> (__m256, __m256) {
     let (low, ones) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi16(1));
-    // SAFETY: the caller made `a.q` hold the 32 values of block `b`; the 16-byte loads read
-    // exactly `x[0..16]`, `x[16..32]` and a block's `qs`.
+    let p = block_at::<B>(group, b);
+    // SAFETY: the caller made `a.q` hold the 32 values of block `b` and `b` a block of the
+    // group; the loads read `x[0..32]`, and inside the block the eight scales (16 bytes at 0)
+    // and the quants (8 x 16 bytes at `QS_AT`).
     let x = a.q.as_ptr().add(b * QK);
     let xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(x.cast()));
     let xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128(x.add(16).cast()));
-    let pair = |p: usize| {
-        let (r0, r1) = (rows[p][b].parts(), rows[p + 4][b].parts());
-        let v = _mm256_loadu2_m128i(r1.qs.as_ptr().cast(), r0.qs.as_ptr().cast());
+    let qh = fifth_bits8::<B>(p);
+    // rows 2 q and 2 q + 1, one a 128-bit half
+    let pair = |q: usize| {
+        let v = _mm256_loadu_si256(p.add(B::QS_AT + 32 * q).cast());
         let mut lo = _mm256_and_si256(v, low);
         let mut hi = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
-        if B::OFFSET == 16 {
-            let (h0, h1) = (r0.qh, r1.qh);
+        if B::QH_AT.is_some() {
+            let (h0, h1) = (qh[2 * q], qh[2 * q + 1]);
             lo = _mm256_or_si256(lo, fifth_bits(h0 & 0xffff, h1 & 0xffff));
             hi = _mm256_or_si256(hi, fifth_bits(h0 >> 16, h1 >> 16));
         }
@@ -244,66 +345,46 @@ unsafe fn nibble_block<B: NibbleBlock>(rows: &[&[B]; 8], a: &Q8Acts, b: usize) -
         let p16 = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xlo), _mm256_maddubs_epi16(hi, xhi));
         _mm256_madd_epi16(p16, ones)
     };
-    // pair p holds row p in its low half and row p + 4 in its high one, so
-    // h = [r0 r1 r2 r3 | r4 r5 r6 r7]
+    // pair q holds row 2 q in its low half and 2 q + 1 in its high one, so
+    // h = [r0 r2 r4 r6 | r1 r3 r5 r7]
     let h = _mm256_hadd_epi32(
         _mm256_hadd_epi32(pair(0), pair(1)),
         _mm256_hadd_epi32(pair(2), pair(3)),
     );
+    let h = rows_in_order(h);
     let h = if B::OFFSET != 0 {
         _mm256_sub_epi32(h, _mm256_set1_epi32(B::OFFSET * a.qsum[b]))
     } else {
         h
     };
-    let s = _mm256_mul_ps(f16x8(|i| rows[i][b].parts().d), _mm256_set1_ps(a.d[b]));
+    let s = _mm256_mul_ps(f16x8_at(p), _mm256_set1_ps(a.d[b]));
     (s, _mm256_cvtepi32_ps(h))
 }
 
-/// Eight nibble rows against int8 activations: each row's product by the steps of the module
-/// doc, rows in order.
+/// A group of eight nibble rows, interleaved (`interleave.rs`), against int8 activations:
+/// each row's product by the steps of the module doc, rows in order.
 ///
 /// # Safety
-/// The CPU supports AVX2, FMA and F16C; `a` is int8 with `32 * rows[i].len()` values.
+/// The CPU supports AVX2, FMA and F16C; `a` is int8 with 32 values per block of the group.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn rows8_nibbles<B: NibbleBlock>(rows: &[&[B]; 8], a: &Q8Acts) -> [f32; 8] {
-    let nb = rows_and_acts(rows, a);
-    let (mut e, mut o, mut mins) = (
-        _mm256_setzero_ps(),
-        _mm256_setzero_ps(),
-        _mm256_setzero_ps(),
-    );
-    let mut b = 0;
-    while b < nb {
-        prefetch_ahead(rows, b);
-        // SAFETY: `b < nb`, checked by `rows_and_acts` against the rows and `a`
-        let (s, h) = nibble_block(rows, a, b);
-        if b % 2 == 0 {
-            e = _mm256_fmadd_ps(s, h, e);
-        } else {
-            o = _mm256_fmadd_ps(s, h, o);
-        }
-        if rows[0][b].parts().m.is_some() {
-            let m = f16x8(|i| rows[i][b].parts().m.unwrap_or_default());
-            mins = _mm256_fmadd_ps(m, _mm256_set1_ps(a.s[b]), mins);
-        }
-        b += 1;
-    }
-    lanes(_mm256_add_ps(_mm256_add_ps(e, o), mins))
+pub(crate) unsafe fn group8_nibbles<B: NibbleBlock>(group: &[u8], a: &Q8Acts) -> [f32; 8] {
+    eight_rows!(B, group, a, nibble_block::<B>, |b| mins8::<B>(group, b))
 }
 
-/// Block `b` of eight Q8_0 rows: as [`nibble_block`].
+/// Interleaved block `b` of a group of eight Q8_0 rows: as [`nibble_block`].
 ///
 /// # Safety
 /// As [`nibble_block`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn q8_0_block(rows: &[&[BlockQ8_0]; 8], a: &Q8Acts, b: usize) -> (__m256, __m256) {
+unsafe fn q8_0_block(group: &[u8], a: &Q8Acts, b: usize) -> (__m256, __m256) {
     let ones = _mm256_set1_epi16(1);
-    // SAFETY: the caller made `a.q` hold the 32 values of block `b`; the 32-byte loads read
-    // exactly those and a block's `qs`.
+    let p = block_at::<BlockQ8_0>(group, b);
+    // SAFETY: the caller made `a.q` hold the 32 values of block `b` and `b` a block of the
+    // group; the 32-byte loads read exactly those and row `i`'s quants (at 16 + 32 i).
     let x = _mm256_loadu_si256(a.q.as_ptr().add(b * QK).cast());
     let row = |i: usize| {
-        let w = _mm256_loadu_si256(rows[i][b].qs.as_ptr().cast());
+        let w = _mm256_loadu_si256(p.add(Q8_0_QS_AT + 32 * i).cast());
         // |w| <= 128 and |x| <= 127: a pair <= 32512, inside i16
         let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w));
         _mm256_madd_epi16(p16, ones)
@@ -318,61 +399,19 @@ unsafe fn q8_0_block(rows: &[&[BlockQ8_0]; 8], a: &Q8Acts, b: usize) -> (__m256,
         row(6),
         row(7),
     ]);
-    let s = _mm256_mul_ps(f16x8(|i| rows[i][b].d), _mm256_set1_ps(a.d[b]));
+    let s = _mm256_mul_ps(f16x8_at(p), _mm256_set1_ps(a.d[b]));
     (s, _mm256_cvtepi32_ps(h))
 }
 
-/// Eight Q8_0 rows against int8 activations: each row's product by the steps of the module
-/// doc, rows in order.
+/// A group of eight Q8_0 rows, interleaved, against int8 activations: each row's product by
+/// the steps of the module doc, rows in order.
 ///
 /// # Safety
-/// The CPU supports AVX2, FMA and F16C; `a` is int8 with `32 * rows[i].len()` values.
+/// The CPU supports AVX2, FMA and F16C; `a` is int8 with 32 values per block of the group.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn rows8_q8_0(rows: &[&[BlockQ8_0]; 8], a: &Q8Acts) -> [f32; 8] {
-    let nb = rows_and_acts(rows, a);
+pub(crate) unsafe fn group8_q8_0(group: &[u8], a: &Q8Acts) -> [f32; 8] {
     // no minimum: 0, added all the same (as `finish` does)
-    let (mut e, mut o, mins) = (
-        _mm256_setzero_ps(),
-        _mm256_setzero_ps(),
-        _mm256_setzero_ps(),
-    );
-    let mut b = 0;
-    while b < nb {
-        prefetch_ahead(rows, b);
-        // SAFETY: `b < nb`, checked by `rows_and_acts` against the rows and `a`
-        let (s, h) = q8_0_block(rows, a, b);
-        if b % 2 == 0 {
-            e = _mm256_fmadd_ps(s, h, e);
-        } else {
-            o = _mm256_fmadd_ps(s, h, o);
-        }
-        b += 1;
-    }
-    lanes(_mm256_add_ps(_mm256_add_ps(e, o), mins))
-}
-
-/// Asks for the bytes of block `b` of the eight rows after `rows` (`DISTANCE` groups ahead;
-/// rows lie one after another in a matrix, so the next group starts where the last row ends):
-/// eight rows at once read eight places of memory, more than the hardware prefetcher follows.
-/// A prefetch never faults; past the matrix's end it asks for bytes nobody reads.
-///
-/// # Safety
-/// The CPU supports AVX2, FMA and F16C (the caller's token).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn prefetch_ahead<B>(rows: &[&[B]; 8], b: usize) {
-    const DISTANCE: usize = 1;
-    let step = 8 * std::mem::size_of::<B>();
-    let group = step * rows[0].len();
-    let next = rows[7].as_ptr_range().end.cast::<u8>();
-    let at = next.wrapping_add((DISTANCE - 1) * group + b * step);
-    let mut off = 0;
-    while off < step {
-        // SAFETY: a prefetch is a hint: it reads nothing the program sees and never faults,
-        // whatever the address (`wrapping_add` keeps the pointer arithmetic defined).
-        _mm_prefetch::<_MM_HINT_T0>(at.wrapping_add(off).cast());
-        off += 64;
-    }
+    eight_rows!(BlockQ8_0, group, a, q8_0_block, |_b| None)
 }
 
 /// The eight lanes of `v`.
@@ -381,9 +420,37 @@ unsafe fn prefetch_ahead<B>(rows: &[&[B]; 8], b: usize) {
 /// The CPU supports AVX2, FMA and F16C (the caller's token).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn lanes(v: __m256) -> [f32; 8] {
+pub(crate) unsafe fn lanes(v: __m256) -> [f32; 8] {
     let mut out = [0.0f32; 8];
     // SAFETY: the 32-byte store writes exactly `out`.
     _mm256_storeu_ps(out.as_mut_ptr(), v);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qlinear::interleave::fields;
+    use crate::quant::GgmlType;
+
+    /// The kernels' field offsets are where `interleave.rs` puts the fields.
+    #[test]
+    fn field_offsets_match_the_layout() {
+        fn starts(ty: GgmlType) -> Vec<usize> {
+            let f = fields(ty).unwrap();
+            (0..f.len())
+                .map(|i| 8 * f[..i].iter().sum::<usize>())
+                .collect()
+        }
+        assert_eq!(starts(GgmlType::Q4_0), [0, BlockQ4_0::QS_AT]);
+        assert_eq!(
+            starts(GgmlType::Q4_1),
+            [0, BlockQ4_1::M_AT.unwrap(), BlockQ4_1::QS_AT]
+        );
+        assert_eq!(
+            starts(GgmlType::Q5_0),
+            [0, BlockQ5_0::QH_AT.unwrap(), BlockQ5_0::QS_AT]
+        );
+        assert_eq!(starts(GgmlType::Q8_0), [0, Q8_0_QS_AT]);
+    }
 }

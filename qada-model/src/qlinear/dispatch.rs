@@ -5,7 +5,7 @@
 //! function in `avx2.rs`, one in `portable.rs` (or the generic [`portable::dot_f32`]) and one
 //! arm in [`dot_row_checked`].
 
-use qada_stats::simd::Avx2;
+use qada_stats::simd::{Avx2, Avx512Vnni};
 
 use super::portable;
 use super::{ActPrecision, Q8Acts};
@@ -15,10 +15,14 @@ use crate::quant::{
 };
 use crate::{ModelError, Result};
 
-/// Which kernels run: the AVX2 ones only with a token that [`Avx2::detect`] made, so choosing
-/// them on a CPU without AVX2 is impossible.
+/// Which kernels run: the AVX2 ones only with a token that [`Avx2::detect`] made (the AVX-512
+/// ones with one from [`Avx512Vnni::detect`]), so choosing them on a CPU without the features
+/// is impossible.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernels {
+    /// AVX-512 VNNI for decoding's int8 products of eight rows (`avx512_rows.rs`), AVX2 for
+    /// everything else; proven by the token.
+    Avx512Vnni(Avx512Vnni),
     /// AVX2 + FMA + F16C, proven by the token.
     Avx2(Avx2),
     /// Plain Rust.
@@ -26,11 +30,23 @@ pub enum Kernels {
 }
 
 impl Kernels {
-    /// The fastest kernels this CPU runs (portable when `QADA_PORTABLE` is set); detected once
-    /// per process.
+    /// The fastest kernels this CPU runs (AVX2 when `QADA_NO_AVX512` or `QADA_NO_VNNI` is set,
+    /// portable when `QADA_PORTABLE` is); detected once per process.
     #[inline]
     pub fn detect() -> Kernels {
+        if let Some(t) = Avx512Vnni::detect() {
+            return Kernels::Avx512Vnni(t);
+        }
         Avx2::detect().map_or(Kernels::Portable, Kernels::Avx2)
+    }
+
+    /// The kernels for what has no AVX-512 kernel: AVX2 in place of AVX-512 VNNI.
+    #[inline]
+    fn without_avx512(self) -> Kernels {
+        match self {
+            Kernels::Avx512Vnni(t) => Kernels::Avx2(t.avx2()),
+            k => k,
+        }
     }
 }
 
@@ -82,58 +98,61 @@ pub fn dot_row(ty: GgmlType, row: &[u8], a: &Q8Acts, k: Kernels) -> Result<f32> 
     Ok(dot_row_checked(ty, row, a, k))
 }
 
-/// Eight rows of `ty` (`rows`, `row_bytes` each) times the activations `a` by the kernels
-/// `k`, where they multiply eight rows of `ty` at once (AVX2, int8 activations, Q4_0, Q4_1,
-/// Q5_0 and Q8_0): each row the same bits as [`dot_row_checked`] gives it alone. `None`
-/// elsewhere. The caller checked `(ty, row_bytes, a.len())` as for [`dot_row_checked`].
+/// A group of eight rows of `ty` (`group`, `row_bytes` a row, interleaved as `interleave.rs`
+/// lays them out) times the activations `a` by the kernels `k`, where they multiply eight rows
+/// of `ty` at once (AVX2 or AVX-512 VNNI, int8 activations, Q4_0, Q4_1, Q5_0 and Q8_0): each
+/// row the same bits as [`dot_row_checked`] gives it alone. `None` elsewhere. The caller
+/// checked `(ty, row_bytes, a.len())` as for [`dot_row_checked`].
 #[inline]
-pub(crate) fn dot_rows8_checked(
+pub(crate) fn dot_group8_checked(
     ty: GgmlType,
-    rows: &[u8],
+    group: &[u8],
     row_bytes: usize,
     a: &Q8Acts,
     k: Kernels,
 ) -> Option<[f32; 8]> {
-    debug_assert!(rows.len() == 8 * row_bytes && check_row(ty, row_bytes, a.len()).is_ok());
+    debug_assert!(group.len() == 8 * row_bytes && check_row(ty, row_bytes, a.len()).is_ok());
     #[cfg(target_arch = "x86_64")]
     {
-        use super::avx2_rows::{rows8_nibbles, rows8_q8_0};
-        if a.precision != ActPrecision::Int8 || !matches!(k, Kernels::Avx2(_)) {
+        use super::{avx2_rows as avx2, avx512_rows as avx512};
+        if a.precision != ActPrecision::Int8 {
             return None;
         }
-        fn eight<B: QuantBlock>(rows: &[u8], row_bytes: usize) -> [&[B]; 8] {
-            std::array::from_fn(|i| blocks(&rows[i * row_bytes..(i + 1) * row_bytes]))
-        }
-        // Every arm: `k` is `Kernels::Avx2` only with a token from `Avx2::detect`, so the CPU
-        // runs AVX2, FMA and F16C; the caller's check made each row whole blocks of exactly
-        // `a.len()` values, and `a` is int8 (`Q8Acts::quantize` sized its buffers).
-        match ty {
-            GgmlType::Q4_0 => {
-                let rows = eight::<BlockQ4_0>(rows, row_bytes);
-                // SAFETY: as above: features proven, eight whole Q4_0 rows of `a.len()` values.
-                Some(unsafe { rows8_nibbles(&rows, a) })
+        // Every arm: `k` is `Kernels::Avx512Vnni` only with a token from `Avx512Vnni::detect`
+        // (the CPU runs AVX2, FMA, F16C and AVX-512 F, BW, VL and VNNI) and `Kernels::Avx2`
+        // only with one from `Avx2::detect`; the caller's check made the group eight rows of
+        // whole blocks of exactly `a.len()` values, and `a` is int8 (`Q8Acts::quantize` sized
+        // its buffers).
+        // SAFETY (each arm): as above.
+        unsafe {
+            match (ty, k) {
+                (GgmlType::Q4_0, Kernels::Avx512Vnni(_)) => {
+                    Some(avx512::group8_nibbles::<BlockQ4_0>(group, a))
+                }
+                (GgmlType::Q4_1, Kernels::Avx512Vnni(_)) => {
+                    Some(avx512::group8_nibbles::<BlockQ4_1>(group, a))
+                }
+                (GgmlType::Q5_0, Kernels::Avx512Vnni(_)) => {
+                    Some(avx512::group8_nibbles::<BlockQ5_0>(group, a))
+                }
+                (GgmlType::Q8_0, Kernels::Avx512Vnni(_)) => Some(avx512::group8_q8_0(group, a)),
+                (GgmlType::Q4_0, Kernels::Avx2(_)) => {
+                    Some(avx2::group8_nibbles::<BlockQ4_0>(group, a))
+                }
+                (GgmlType::Q4_1, Kernels::Avx2(_)) => {
+                    Some(avx2::group8_nibbles::<BlockQ4_1>(group, a))
+                }
+                (GgmlType::Q5_0, Kernels::Avx2(_)) => {
+                    Some(avx2::group8_nibbles::<BlockQ5_0>(group, a))
+                }
+                (GgmlType::Q8_0, Kernels::Avx2(_)) => Some(avx2::group8_q8_0(group, a)),
+                _ => None,
             }
-            GgmlType::Q4_1 => {
-                let rows = eight::<BlockQ4_1>(rows, row_bytes);
-                // SAFETY: as above: features proven, eight whole Q4_1 rows of `a.len()` values.
-                Some(unsafe { rows8_nibbles(&rows, a) })
-            }
-            GgmlType::Q5_0 => {
-                let rows = eight::<BlockQ5_0>(rows, row_bytes);
-                // SAFETY: as above: features proven, eight whole Q5_0 rows of `a.len()` values.
-                Some(unsafe { rows8_nibbles(&rows, a) })
-            }
-            GgmlType::Q8_0 => {
-                let rows = eight::<BlockQ8_0>(rows, row_bytes);
-                // SAFETY: as above: features proven, eight whole Q8_0 rows of `a.len()` values.
-                Some(unsafe { rows8_q8_0(&rows, a) })
-            }
-            _ => None,
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = (ty, rows, row_bytes, a, k);
+        let _ = (ty, group, row_bytes, a, k);
         None
     }
 }
@@ -150,6 +169,7 @@ fn blocks<B: QuantBlock>(row: &[u8]) -> &[B] {
 #[inline]
 pub(crate) fn dot_row_checked(ty: GgmlType, row: &[u8], a: &Q8Acts, k: Kernels) -> f32 {
     debug_assert!(check_row(ty, row.len(), a.len()).is_ok());
+    let k = k.without_avx512();
     let int8 = a.precision == ActPrecision::Int8;
     // K-quant rows against int8 activations take the Q8_K form (one scale per 256 values)
     // when `a` has it: always, unless built `without_q8k` (a K-quant row holds whole 256-blocks).

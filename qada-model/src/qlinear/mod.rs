@@ -20,7 +20,7 @@
 //! Files, one idea each: `acts.rs` ([`Q8Acts`], the activations prepared once per product),
 //! `dispatch.rs` ([`Kernels`], [`dot_row`]: length checks and the choice of kernel),
 //! `avx2.rs` (f32 activations), `avx2_rows.rs` (int8 activations, the 32-value types eight
-//! rows at a time), `avx2_int8.rs` (int8 activations, the K-quants) and `portable.rs` (the
+//! rows at a time) and `avx512_rows.rs` (the same with AVX-512 VNNI), `avx2_int8.rs` (int8 activations, the K-quants) and `portable.rs` (the
 //! kernels), `tiles_int8.rs` and `tiles_int8_x86.rs` (prefill's products with int8
 //! activations: weights in integer form, eight rows by four tokens per kernel call), this
 //! file ([`QLinear`]: products of a whole layer, and prefill's f32 tiles). Blocks are read
@@ -58,6 +58,7 @@ use rayon::prelude::*;
 use crate::ops::{gemm_strided, matmul_t};
 use crate::quant::{dequantize, int_form_shape, GgmlType};
 use crate::{ModelError, Result};
+use interleave::BlockRows;
 use tiles_int8::TokenActs;
 use tiles_int8_matmul::TileKernel;
 
@@ -68,7 +69,10 @@ mod avx2;
 mod avx2_int8;
 #[cfg(target_arch = "x86_64")]
 mod avx2_rows;
+#[cfg(target_arch = "x86_64")]
+mod avx512_rows;
 mod dispatch;
+mod interleave;
 mod portable;
 mod tiles_int8;
 mod tiles_int8_matmul;
@@ -86,13 +90,10 @@ const QK: usize = 32;
 pub(crate) enum Storage {
     /// Row-major f32, `rows * cols` values.
     F32(Vec<f32>),
-    /// Raw blocks of one ggml type that [`dequantize`] handles: `rows` rows of `row_bytes`,
-    /// each `cols` values.
-    Blocks {
-        ty: GgmlType,
-        data: Vec<u8>,
-        row_bytes: usize,
-    },
+    /// Raw blocks of one ggml type that [`dequantize`] handles, `rows` rows of `cols`
+    /// values, whole groups of eight rows interleaved for decoding's eight-row kernels where
+    /// the type has them (`interleave.rs`: Q4_0, Q4_1, Q5_0 and Q8_0).
+    Blocks(BlockRows),
 }
 
 /// `y = W x (+ b)` with `W` of `rows x cols`.
@@ -145,11 +146,7 @@ impl QLinear {
                     .collect(),
             )
         } else {
-            Storage::Blocks {
-                ty,
-                data,
-                row_bytes,
-            }
+            Storage::Blocks(BlockRows::new(ty, data, row_bytes, rows))
         };
         Self::with_bias(rows, cols, storage, bias)
     }
@@ -207,7 +204,7 @@ impl QLinear {
     pub fn weight_type(&self) -> GgmlType {
         match &self.storage {
             Storage::F32(_) => GgmlType::F32,
-            Storage::Blocks { ty, .. } => *ty,
+            Storage::Blocks(b) => b.ty,
         }
     }
 
@@ -220,7 +217,7 @@ impl QLinear {
     pub fn weight_bytes(&self) -> usize {
         match &self.storage {
             Storage::F32(w) => w.len() * 4,
-            Storage::Blocks { data, .. } => data.len(),
+            Storage::Blocks(b) => b.data.len(),
         }
     }
 
@@ -247,12 +244,8 @@ impl QLinear {
     fn row_into(&self, r: usize, out: &mut [f32]) {
         match &self.storage {
             Storage::F32(w) => out.copy_from_slice(&w[r * self.cols..(r + 1) * self.cols]),
-            Storage::Blocks {
-                ty,
-                data,
-                row_bytes,
-            } => {
-                let ok = dequantize(*ty, &data[r * row_bytes..(r + 1) * row_bytes], out);
+            Storage::Blocks(b) => {
+                let ok = b.with_row(r, |row| dequantize(b.ty, row, out));
                 debug_assert!(ok, "checked by from_blocks");
             }
         }
@@ -302,17 +295,15 @@ impl QLinear {
                     start += ws[m].rows;
                     m += 1;
                 }
-                // eight rows at once where the kernels have the form and the eight rows are
-                // this matrix's and this chunk's; a row's product is the same either way
-                let last = (start + ws[m].rows).min(c * chunk + out.len());
-                if r + 8 <= last {
-                    if let Some(v) = ws[m].rows8_dot(r - start, a, k) {
-                        out[i..i + 8].copy_from_slice(&v);
-                        i += 8;
-                        continue;
-                    }
+                // a group of eight rows at once where this matrix interleaved them and they
+                // are all this chunk's; a row's product is the same bits either way
+                let (local, end) = (r - start, c * chunk + out.len());
+                if local.is_multiple_of(8) && local + 8 <= ws[m].grouped() && r + 8 <= end {
+                    ws[m].group_dot(local, a, k, &mut out[i..i + 8]);
+                    i += 8;
+                    continue;
                 }
-                out[i] = ws[m].row_dot(r - start, a, k);
+                out[i] = ws[m].row_dot(local, a, k);
                 i += 1;
             }
         });
@@ -329,23 +320,38 @@ impl QLinear {
         Ok(())
     }
 
-    /// Rows `r..r + 8` of `W` times the prepared activations, where the kernels multiply
-    /// eight rows of this type at once (`None` elsewhere); lengths checked by the caller,
-    /// `r + 8 <= rows`.
+    /// Rows interleaved by groups of eight (0 for f32 weights and types without eight-row
+    /// kernels).
     #[inline]
-    fn rows8_dot(&self, r: usize, a: &Q8Acts, k: Kernels) -> Option<[f32; 8]> {
+    fn grouped(&self) -> usize {
         match &self.storage {
-            Storage::F32(_) => None,
-            Storage::Blocks {
-                ty,
-                data,
-                row_bytes,
-            } => {
-                let rows = &data[r * row_bytes..(r + 8) * row_bytes];
-                // checked: `from_blocks` made rows of `cols` values, `a` holds `cols`
-                dispatch::dot_rows8_checked(*ty, rows, *row_bytes, a, k)
-            }
+            Storage::F32(_) => 0,
+            Storage::Blocks(b) => b.grouped,
         }
+    }
+
+    /// Rows `g0..g0 + 8` of `W` (an interleaved group: `g0 % 8 == 0`, `g0 + 8 <=
+    /// grouped()`) times the prepared activations into `out`: by the eight-row kernels where
+    /// they take these activations, else row by row out of the group; lengths checked by the
+    /// caller.
+    #[inline]
+    fn group_dot(&self, g0: usize, a: &Q8Acts, k: Kernels, out: &mut [f32]) {
+        let Storage::Blocks(b) = &self.storage else {
+            return out
+                .iter_mut()
+                .enumerate()
+                .for_each(|(i, o)| *o = self.row_dot(g0 + i, a, k));
+        };
+        // checked: `from_blocks` made rows of `cols` values, `a` holds `cols`
+        if let Some(v) = dispatch::dot_group8_checked(b.ty, b.group(g0), b.row_bytes, a, k) {
+            out.copy_from_slice(&v);
+            return;
+        }
+        b.with_group_rows(g0, |rows| {
+            for (o, row) in out.iter_mut().zip(rows.chunks_exact(b.row_bytes)) {
+                *o = dispatch::dot_row_checked(b.ty, row, a, k);
+            }
+        });
     }
 
     /// Row `r` of `W` times the prepared activations (lengths checked by the caller).
@@ -355,15 +361,8 @@ impl QLinear {
             Storage::F32(w) => {
                 qada_core::attention::dot(&w[r * self.cols..(r + 1) * self.cols], &a.f)
             }
-            Storage::Blocks {
-                ty,
-                data,
-                row_bytes,
-            } => {
-                let row = &data[r * row_bytes..(r + 1) * row_bytes];
-                // checked: `from_blocks` made rows of `cols` values, `a` holds `cols`
-                dispatch::dot_row_checked(*ty, row, a, k)
-            }
+            // checked: `from_blocks` made rows of `cols` values, `a` holds `cols`
+            Storage::Blocks(b) => b.with_row(r, |row| dispatch::dot_row_checked(b.ty, row, a, k)),
         }
     }
 
@@ -439,18 +438,12 @@ impl QLinear {
         n: usize,
         y: &mut [f32],
     ) -> Result<()> {
-        if let Storage::Blocks {
-            ty,
-            data,
-            row_bytes,
-        } = &self.storage
-        {
+        if let Storage::Blocks(blocks) = &self.storage {
+            let ty = &blocks.ty;
             let a = &xq.0;
             let kernel = int_form_shape(*ty).and_then(|(_, umax)| TileKernel::for_weights(umax));
             if let (Some(kernel), true) = (kernel, a.n == n && a.k == self.cols) {
-                if tiles_int8_matmul::matmul(kernel, *ty, data, *row_bytes, self.rows, a, y)
-                    .is_some()
-                {
+                if tiles_int8_matmul::matmul(kernel, blocks, self.rows, a, y).is_some() {
                     self.add_bias(n, y);
                     return Ok(());
                 }

@@ -4,8 +4,9 @@
 
 use rayon::prelude::*;
 
+use super::interleave::BlockRows;
 use super::tiles_int8::{group_tokens_portable, Group, TokenActs, CHUNK, GROUP};
-use crate::quant::{int_form_shape, GgmlType};
+use crate::quant::int_form_shape;
 
 /// Rows a parallel task multiplies: its groups stay in L2 while every token passes.
 const TILE_ROWS: usize = 32;
@@ -21,11 +22,15 @@ pub(crate) enum TileKernel {
     /// `vpdpbusd`: every integer form, Q8_0's 0..255 included.
     #[cfg(target_arch = "x86_64")]
     Vnni(qada_stats::simd::AvxVnni),
+    /// `vpdpbusd` in its EVEX form on 256-bit registers (AVX-512 VNNI and VL, as on Zen 4,
+    /// which lacks AVX-VNNI): as `Vnni`.
+    #[cfg(target_arch = "x86_64")]
+    Vnni512(qada_stats::simd::Avx512Vnni),
 }
 
 impl TileKernel {
-    /// The fastest kernel this CPU runs for weights whose integers reach `umax`: AVX-VNNI,
-    /// else AVX2 for integers up to 63, else (no AVX2, or `QADA_PORTABLE` set) the portable
+    /// The fastest kernel this CPU runs for weights whose integers reach `umax`: AVX-VNNI or
+    /// AVX-512 VNNI, else AVX2 for integers up to 63, else (no AVX2, or `QADA_PORTABLE` set) the portable
     /// one, whose results are the same bit for bit. `None` for Q8_0 on an AVX2 CPU without
     /// VNNI: the f32 tiles are faster there than the portable kernel.
     pub(crate) fn for_weights(umax: u8) -> Option<TileKernel> {
@@ -33,6 +38,9 @@ impl TileKernel {
         {
             if let Some(v) = qada_stats::simd::AvxVnni::detect() {
                 return Some(TileKernel::Vnni(v));
+            }
+            if let Some(v) = qada_stats::simd::Avx512Vnni::detect() {
+                return Some(TileKernel::Vnni512(v));
             }
             if let Some(a) = qada_stats::simd::Avx2::detect() {
                 let k = TileKernel::Avx2(a);
@@ -50,7 +58,7 @@ impl TileKernel {
             #[cfg(target_arch = "x86_64")]
             TileKernel::Avx2(_) => umax <= 63,
             #[cfg(target_arch = "x86_64")]
-            TileKernel::Vnni(_) => true,
+            TileKernel::Vnni(_) | TileKernel::Vnni512(_) => true,
         }
     }
 }
@@ -76,22 +84,25 @@ pub(crate) fn group_tokens(
         TileKernel::Vnni(t) => {
             super::tiles_int8_x86::group_tokens_vnni(t, g, sub, a, t0, count, out)
         }
+        #[cfg(target_arch = "x86_64")]
+        TileKernel::Vnni512(t) => {
+            super::tiles_int8_x86::group_tokens_vnni512(t, g, sub, a, t0, count, out)
+        }
     }
 }
 
 /// `y[t rows + r] = sum_j w_rj x_tj` for every token of `a` and every row of the `rows` rows
-/// of `ty` blocks in `data`, by `kernel` (bias not added). `None` (nothing written) when `ty`
-/// has no integer form, `kernel` cannot take its integers, a row is not `a.k` values or `y` is
+/// of blocks in `w`, by `kernel` (bias not added). `None` (nothing written) when the type has
+/// no integer form, `kernel` cannot take its integers, a row is not `a.k` values or `y` is
 /// shorter than `a.n * rows`.
 pub(crate) fn matmul(
     kernel: TileKernel,
-    ty: GgmlType,
-    data: &[u8],
-    row_bytes: usize,
+    w: &BlockRows,
     rows: usize,
     a: &TokenActs,
     y: &mut [f32],
 ) -> Option<()> {
+    let (ty, data, row_bytes) = (w.ty, &w.data[..], w.row_bytes);
     let (sub, umax) = int_form_shape(ty)?;
     let (n, k) = (a.n, a.k);
     if !kernel.handles(umax) || k % sub != 0 || y.len() < n.checked_mul(rows)? {
@@ -103,7 +114,14 @@ pub(crate) fn matmul(
             let (r0, r1) = (tile * TILE_ROWS, ((tile + 1) * TILE_ROWS).min(rows));
             let groups = (r0..r1)
                 .step_by(GROUP)
-                .map(|g0| Group::pack(ty, data, row_bytes, rows, g0, k))
+                .map(|g0| {
+                    if g0 + GROUP <= w.grouped {
+                        // an interleaved group: its rows in GGUF's order first
+                        w.with_group_rows(g0, |eight| Group::pack(ty, eight, row_bytes, 8, 0, k))
+                    } else {
+                        Group::pack(ty, data, row_bytes, rows, g0, k)
+                    }
+                })
                 .collect::<Option<Vec<Group>>>()?;
             let width = r1 - r0;
             let mut out = vec![0.0f32; n * width];
@@ -135,7 +153,7 @@ pub(crate) fn matmul(
 mod tests {
     use super::*;
     use crate::qlinear::QK;
-    use crate::quant::{dequantize, int_form_row};
+    use crate::quant::{dequantize, int_form_row, GgmlType};
     use proptest::prelude::*;
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};
@@ -185,6 +203,9 @@ mod tests {
             }
             if let Some(v) = qada_stats::simd::AvxVnni::detect() {
                 ks.push(TileKernel::Vnni(v));
+            }
+            if let Some(v) = qada_stats::simd::Avx512Vnni::detect() {
+                ks.push(TileKernel::Vnni512(v));
             }
         }
         ks.retain(|k| k.handles(umax));
@@ -236,7 +257,8 @@ mod tests {
             let mut results = Vec::new();
             for kernel in kernels(umax) {
                 let mut y = vec![f32::NAN; n * rows];
-                prop_assert!(matmul(kernel, ty, &data, row_bytes, rows, &a, &mut y).is_some());
+                let w = BlockRows::new(ty, data.clone(), row_bytes, rows);
+                prop_assert!(matmul(kernel, &w, rows, &a, &mut y).is_some());
                 results.push((kernel, y));
             }
             let (_, base) = &results[0];
@@ -279,7 +301,8 @@ mod tests {
         let x = vec![0.5f32; 2 * 64];
         let a = TokenActs::quantize(&x, 2, 64).unwrap();
         let run = |ty: GgmlType, row: &[u8], y: &mut [f32]| {
-            matmul(TileKernel::Portable, ty, row, row.len(), 1, &a, y).is_some()
+            let w = BlockRows::new(ty, row.to_vec(), row.len(), 1);
+            matmul(TileKernel::Portable, &w, 1, &a, y).is_some()
         };
         let (f16_row, q8_row) = (vec![0u8; 2 * 64], vec![0u8; 2 * 34]);
         assert!(!run(GgmlType::F16, &f16_row, &mut [0.0; 2]));

@@ -2,7 +2,8 @@
 //! up to four tokens, the rows in the eight i32 lanes.
 //!
 //! Per sub-block every four values of a token are broadcast to all lanes and meet four values
-//! of each row: AVX-VNNI adds the four u8 x i8 products to the lane in one `vpdpbusd`; AVX2
+//! of each row: AVX-VNNI (or AVX-512 VNNI, the same instruction in its EVEX form) adds the
+//! four u8 x i8 products to the lane in one `vpdpbusd`; AVX2
 //! takes `vpmaddubsw` (pairs into i16) twice, adds the two (four products of at most
 //! `63 * 127`: `|.| <= 32004`, no saturation, which is why AVX2 takes weights up to 63 only)
 //! and widens by `vpmaddwd` with ones. Then per token one conversion and two FMAs:
@@ -13,7 +14,7 @@
 
 use std::arch::x86_64::*;
 
-use qada_stats::simd::{Avx2, AvxVnni};
+use qada_stats::simd::{Avx2, Avx512Vnni, AvxVnni};
 
 use super::tiles_int8::{Group, TokenActs, CHUNK, GROUP};
 use super::QK;
@@ -129,8 +130,33 @@ unsafe fn step_vnni<const C: usize, const S: usize>(
     }
 }
 
+/// AVX-512 VNNI: [`step_vnni`] by the EVEX `vpdpbusd` on 256-bit registers.
+///
+/// # Safety
+/// AVX2, AVX-512 VL and VNNI; `u` holds `8 S` bytes, each `q[c] + j0` holds `S` values.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn step_vnni512<const C: usize, const S: usize>(
+    isum: &mut [__m256i; C],
+    u: *const u8,
+    q: &[*const i8; C],
+    j0: usize,
+) {
+    for e in 0..S / 4 {
+        let w = _mm256_loadu_si256(u.add(32 * e).cast::<__m256i>());
+        for c in 0..C {
+            isum[c] = _mm256_dpbusd_epi32(isum[c], w, four(q[c].add(j0 + 4 * e)));
+        }
+    }
+}
+
 group_kernel!(kernel_avx2, "avx2,fma,f16c", step_avx2);
 group_kernel!(kernel_vnni, "avx2,fma,f16c,avxvnni", step_vnni);
+group_kernel!(
+    kernel_vnni512,
+    "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
+    step_vnni512
+);
 
 /// Picks the kernel instance for `count` tokens and `sub`-value sub-blocks.
 macro_rules! dispatch {
@@ -182,4 +208,22 @@ pub(crate) fn group_tokens_vnni(
     check(g, sub, a, t0, count, out);
     // SAFETY: the token proves AVX2, FMA, F16C and AVX-VNNI; `check` passed.
     unsafe { dispatch!(kernel_vnni, g, sub, a, t0, count, out) }
+}
+
+/// The AVX-512 VNNI kernel (any weights up to 255): [`group_tokens_vnni`]'s results.
+///
+/// # Panics
+/// As [`group_tokens_avx2`].
+pub(crate) fn group_tokens_vnni512(
+    _proof: Avx512Vnni,
+    g: &Group,
+    sub: usize,
+    a: &TokenActs,
+    t0: usize,
+    count: usize,
+    out: &mut [f32],
+) {
+    check(g, sub, a, t0, count, out);
+    // SAFETY: the token proves AVX2, FMA, F16C and AVX-512 F, BW, VL and VNNI; `check` passed.
+    unsafe { dispatch!(kernel_vnni512, g, sub, a, t0, count, out) }
 }
