@@ -289,3 +289,65 @@ pub(crate) fn dot_row_checked(ty: GgmlType, row: &[u8], a: &Q8Acts, k: Kernels) 
         (ty, ..) => portable::dot_scalar_f32(ty, row, &a.f),
     }
 }
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+    use crate::qlinear::interleave::interleave;
+    use proptest::prelude::*;
+
+    /// Every eight-row kernel this CPU has (AVX2, and AVX-512 VNNI where detected), whatever
+    /// `Kernels::detect` picks: the AVX2 kernels are checked on AVX-512 hosts too.
+    fn group_kernels() -> Vec<Kernels> {
+        let mut ks = Vec::new();
+        if let Some(t) = Avx2::detect() {
+            ks.push(Kernels::Avx2(t));
+        }
+        if let Some(t) = Avx512Vnni::detect() {
+            ks.push(Kernels::Avx512Vnni(t));
+        }
+        ks
+    }
+
+    proptest! {
+        /// Each kernel gives each row of an interleaved group the bits `dot_row` gives the
+        /// row-major row alone.
+        #[test]
+        fn every_group_kernel_gives_each_row_the_bits_of_the_row_alone(
+            t in 0usize..4, nb in 1usize..6, seed in any::<u64>(), scales in any::<[u16; 16]>(),
+        ) {
+            let ty = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q8_0][t];
+            let block = ty.block().unwrap().1 as usize;
+            let row_bytes = nb * block;
+            let mut s = seed | 1;
+            let mut data: Vec<u8> = (0..8 * row_bytes)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    s as u8
+                })
+                .collect();
+            // finite scales (and Q4_1 minimums) between -2 and 2
+            for (i, blk) in data.chunks_exact_mut(block).enumerate() {
+                for (f, at) in [0, 2].into_iter().enumerate().take(if ty == GgmlType::Q4_1 { 2 } else { 1 }) {
+                    let v = (scales[(2 * i + f) % 16] % 4001) as f32 / 1000.0 - 2.0;
+                    blk[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+                }
+            }
+            let x: Vec<f32> = (0..32 * nb).map(|j| ((j * 37 % 101) as f32 - 50.0) / (7.0 + nb as f32)).collect();
+            let mut a = Q8Acts::new(ActPrecision::Int8);
+            a.quantize(&x);
+            let mut group = data.clone();
+            prop_assert_eq!(interleave(ty, &mut group, row_bytes, 8), 8);
+            for k in group_kernels() {
+                let got = dot_group8_checked(ty, &group, row_bytes, &a, k);
+                prop_assert!(got.is_some(), "{:?} {}", k, ty);
+                for (i, v) in got.unwrap().iter().enumerate() {
+                    let alone = dot_row(ty, &data[i * row_bytes..(i + 1) * row_bytes], &a, k).unwrap();
+                    prop_assert_eq!(v.to_bits(), alone.to_bits(), "{:?} {} row {}", k, ty, i);
+                }
+            }
+        }
+    }
+}
