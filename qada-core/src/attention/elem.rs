@@ -153,13 +153,6 @@ impl Elem for f32 {
             out.len(),
         )?;
         #[cfg(target_arch = "x86_64")]
-        if let (0, Some(t)) = (d % 16, Avx512::detect()) {
-            // SAFETY: the token proves AVX-512F, AVX2, FMA and F16C; `check_block` proved
-            // `d > 0`, whole rows and `out.len() >= h * n`, and `d % 16 == 0` here.
-            unsafe { super::avx512_blocks::block_scores_f32(t, queries, keys, d, scale, out) };
-            return Ok(());
-        }
-        #[cfg(target_arch = "x86_64")]
         if let (0, Some(t)) = (d % 8, Avx2::detect()) {
             // SAFETY: the token proves AVX2, FMA and F16C; `check_block` proved `d > 0`,
             // whole rows and `out.len() >= h * n`, and `d % 8 == 0` here: the kernel's contract.
@@ -233,13 +226,6 @@ impl Elem for f16 {
             keys.len(),
             out.len(),
         )?;
-        #[cfg(target_arch = "x86_64")]
-        if let (0, true, Some(t)) = (d % 16, d <= super::avx2::MAX_D, Avx512::detect()) {
-            // SAFETY: the token proves AVX-512F, AVX2, FMA and F16C; `check_block` proved
-            // `d > 0`, whole rows and `out.len() >= h * n`, and `d % 16 == 0` here.
-            unsafe { super::avx512_blocks::block_scores(t, queries, keys, d, scale, out) };
-            return Ok(());
-        }
         #[cfg(target_arch = "x86_64")]
         if let (0, true, Some(t)) = (d % 8, d <= super::avx2::MAX_D, Avx2::detect()) {
             // SAFETY: the token proves AVX2, FMA and F16C; `check_block` proved `d > 0`,
