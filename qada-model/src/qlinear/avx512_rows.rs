@@ -112,6 +112,8 @@ unsafe fn nibble_block<B: NibbleBlock>(group: &[u8], a: &Q8Acts, b: usize) -> (_
 /// The CPU supports the features enabled; `a` is int8 with 32 values per block of the group.
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn group8_nibbles<B: NibbleBlock>(group: &[u8], a: &Q8Acts) -> [f32; 8] {
+    // SAFETY: the caller's token proves the features; `eight_rows!` checks the group's length
+    // and `a`'s buffers (`blocks_and_acts`) before `nibble_block` and `mins8` read block `b`.
     eight_rows!(B, group, a, nibble_block::<B>, |b| mins8::<B>(group, b))
 }
 
@@ -160,5 +162,7 @@ unsafe fn q8_0_block(group: &[u8], a: &Q8Acts, b: usize) -> (__m256, __m256) {
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
 pub(crate) unsafe fn group8_q8_0(group: &[u8], a: &Q8Acts) -> [f32; 8] {
     // no minimum: 0, added all the same (as `finish` does)
+    // SAFETY: the caller's token proves the features; `eight_rows!` checks the group's length
+    // and `a`'s buffers (`blocks_and_acts`) before `q8_0_block` reads block `b`.
     eight_rows!(BlockQ8_0, group, a, q8_0_block, |_b| None)
 }

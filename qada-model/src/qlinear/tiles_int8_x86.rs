@@ -96,6 +96,8 @@ unsafe fn step_avx2<const C: usize, const S: usize>(
 ) {
     let ones = _mm256_set1_epi16(1);
     let mut e = 0;
+    // SAFETY: by the contract, the 32-byte loads at `u + 32 e` (e < S / 4) and the four
+    // values at `q[c] + j0 + 4 e` are in bounds.
     while e < S / 4 {
         let w0 = _mm256_loadu_si256(u.add(32 * e).cast::<__m256i>());
         let w1 = _mm256_loadu_si256(u.add(32 * e + 32).cast::<__m256i>());
@@ -110,45 +112,38 @@ unsafe fn step_avx2<const C: usize, const S: usize>(
     }
 }
 
-/// AVX-VNNI: one sub-block of `S` values into `isum`, one `vpdpbusd` per four values.
-///
-/// # Safety
-/// AVX2 and AVX-VNNI; `u` holds `8 S` bytes, each `q[c] + j0` holds `S` values.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-unsafe fn step_vnni<const C: usize, const S: usize>(
-    isum: &mut [__m256i; C],
-    u: *const u8,
-    q: &[*const i8; C],
-    j0: usize,
-) {
-    for e in 0..S / 4 {
-        let w = _mm256_loadu_si256(u.add(32 * e).cast::<__m256i>());
-        for c in 0..C {
-            isum[c] = _mm256_dpbusd_avx_epi32(isum[c], w, four(q[c].add(j0 + 4 * e)));
+/// `$name`: one sub-block of `S` values into `isum`, one `vpdpbusd` (`$dpbusd`, the VEX form
+/// of AVX-VNNI or the EVEX form of AVX-512 VNNI: the same products and sums) per four values.
+macro_rules! vnni_step {
+    ($name:ident, $features:literal, $dpbusd:ident) => {
+        /// # Safety
+        /// The CPU has the features; `u` holds `8 S` bytes, each `q[c] + j0` holds `S` values.
+        #[inline]
+        #[target_feature(enable = $features)]
+        unsafe fn $name<const C: usize, const S: usize>(
+            isum: &mut [__m256i; C],
+            u: *const u8,
+            q: &[*const i8; C],
+            j0: usize,
+        ) {
+            // SAFETY: by the contract, the 32-byte loads at `u + 32 e` (e < S / 4) and the
+            // four values at `q[c] + j0 + 4 e` are in bounds.
+            for e in 0..S / 4 {
+                let w = _mm256_loadu_si256(u.add(32 * e).cast::<__m256i>());
+                for c in 0..C {
+                    isum[c] = $dpbusd(isum[c], w, four(q[c].add(j0 + 4 * e)));
+                }
+            }
         }
-    }
+    };
 }
 
-/// AVX-512 VNNI: [`step_vnni`] by the EVEX `vpdpbusd` on 256-bit registers.
-///
-/// # Safety
-/// AVX2, AVX-512 VL and VNNI; `u` holds `8 S` bytes, each `q[c] + j0` holds `S` values.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
-unsafe fn step_vnni512<const C: usize, const S: usize>(
-    isum: &mut [__m256i; C],
-    u: *const u8,
-    q: &[*const i8; C],
-    j0: usize,
-) {
-    for e in 0..S / 4 {
-        let w = _mm256_loadu_si256(u.add(32 * e).cast::<__m256i>());
-        for c in 0..C {
-            isum[c] = _mm256_dpbusd_epi32(isum[c], w, four(q[c].add(j0 + 4 * e)));
-        }
-    }
-}
+vnni_step!(step_vnni, "avx2,fma,f16c,avxvnni", _mm256_dpbusd_avx_epi32);
+vnni_step!(
+    step_vnni512,
+    "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
+    _mm256_dpbusd_epi32
+);
 
 group_kernel!(kernel_avx2, "avx2,fma,f16c", step_avx2);
 group_kernel!(kernel_vnni, "avx2,fma,f16c,avxvnni", step_vnni);
