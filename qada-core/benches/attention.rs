@@ -366,7 +366,8 @@ fn channel_selection_group7(c: &mut Criterion) {
         })
         .collect();
     let mut group = c.benchmark_group("channel_selection_group7_d64_16384");
-    let columns: Vec<&[qada_stats::f16]> = (0..R).map(|c| pages.channel_keys(c).unwrap()).collect();
+    let copy = pages.channel_keys().unwrap();
+    let columns: Vec<_> = (0..R).map(|c| copy.column(c).unwrap()).collect();
     let weights: Vec<f32> = (0..H * R).map(|i| 0.125 * (i as f32 * 0.7).sin()).collect();
     let mut out = vec![0.0f32; H * T.div_ceil(P)];
     let mut tile = Vec::new();

@@ -43,6 +43,7 @@
 
 #![warn(missing_docs)]
 
+mod channel_keys;
 mod clusters;
 pub mod codec;
 mod error;
@@ -59,6 +60,7 @@ pub mod simd;
 mod summary;
 mod table;
 
+pub use channel_keys::{ChannelColumn, ChannelKeys};
 pub use clusters::{ClusterMoments, KMEANS_ITERATIONS};
 pub use error::{Result, StatsError};
 pub use factored::FactoredMoments;

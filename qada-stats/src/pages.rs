@@ -17,7 +17,7 @@
 
 use half::f16;
 
-use crate::{Result, Rows, StatsError};
+use crate::{ChannelKeys, Result, Rows, StatsError};
 
 /// Elementwise minimum and maximum of keys in pages of `page` rows, rows appended in order.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,8 +41,8 @@ pub struct PageBounds {
     abs_max: Vec<f32>,
     /// Per channel, the largest `|k_j|` over every key held (`dim`).
     channel_abs_max: Vec<f32>,
-    /// When kept: per channel `j`, `k_ij` of every key `i` held, in f16 (`dim` columns).
-    channel_keys: Option<Vec<Vec<f16>>>,
+    /// When kept: the keys by channel in 8 bits, a scale per page and channel.
+    channel_keys: Option<ChannelKeys>,
     /// The open (last) page's per-channel sums of `k` and `k^2`, in f64.
     sum: Vec<f64>,
     sum_sq: Vec<f64>,
@@ -93,22 +93,20 @@ impl PageBounds {
                 found: self.rows,
             });
         }
-        self.channel_keys = Some(vec![Vec::new(); self.dim]);
+        self.channel_keys = Some(ChannelKeys::new(self.dim, self.page)?);
         Ok(())
     }
-    /// Channel `j` of every key held, in f16 (`n_rows` values), when the copy is kept: a
-    /// score from a few channels, `sum_{j in R} q_j k_ij`, reads `|R| n_rows` values instead
-    /// of `d n_rows`.
-    pub fn channel_keys(&self, j: usize) -> Option<&[f16]> {
-        self.channel_keys.as_ref()?.get(j).map(Vec::as_slice)
+    /// The keys by channel in 8 bits (pages as these bounds'), when the copy is kept: a score
+    /// from a few channels, `sum_{j in R} q_j k_ij`, reads `|R| n_rows` bytes instead of
+    /// `2 d n_rows` (f16 rows).
+    pub fn channel_keys(&self) -> Option<&ChannelKeys> {
+        self.channel_keys.as_ref()
     }
 
     /// Room for `rows` keys in all, so that adding them allocates nothing.
     pub fn reserve(&mut self, rows: usize) {
-        if let Some(cols) = &mut self.channel_keys {
-            for c in cols {
-                c.reserve(rows.saturating_sub(c.len()));
-            }
+        if let Some(c) = &mut self.channel_keys {
+            c.reserve(rows);
         }
         let more = rows.saturating_sub(self.rows).div_ceil(self.page) * self.dim;
         for v in [&mut self.min, &mut self.max] {
@@ -201,8 +199,8 @@ impl PageBounds {
         }
         self.abs_max.clear();
         self.channel_abs_max.iter_mut().for_each(|x| *x = 0.0);
-        if let Some(cols) = &mut self.channel_keys {
-            cols.iter_mut().for_each(Vec::clear);
+        if let Some(c) = &mut self.channel_keys {
+            c.clear();
         }
         self.sum.iter_mut().for_each(|x| *x = 0.0);
         self.sum_sq.iter_mut().for_each(|x| *x = 0.0);
@@ -241,10 +239,8 @@ impl PageBounds {
         }
         self.rows += 1;
         self.refresh_last_page(key);
-        if let Some(cols) = &mut self.channel_keys {
-            for (c, &k) in cols.iter_mut().zip(key) {
-                c.push(f16::from_f32(k));
-            }
+        if let Some(c) = &mut self.channel_keys {
+            c.push(key);
         }
         Ok(())
     }

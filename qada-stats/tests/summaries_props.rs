@@ -67,14 +67,28 @@ proptest! {
             let m = rows.iter().fold(0.0f32, |a, k| a.max(k[j].abs()));
             prop_assert_eq!(b.channel_abs_maxima()[j], m, "channel {}", j);
         }
-        // the copy by channel, kept from the start, equals the keys rounded to f16
+        // the copy by channel, kept from the start, equals the keys coded afresh with each
+        // page's final scale, max |k_j| / 127
         let mut c = PageBounds::new(d, page).unwrap();
         c.keep_channel_keys().unwrap();
         c.push_rows_of(Rows::F32(&keys)).unwrap();
-        prop_assert!(b.channel_keys(0).is_none() && c.keep_channel_keys().is_err() != rows.is_empty());
+        prop_assert!(b.channel_keys().is_none() && c.keep_channel_keys().is_err() != rows.is_empty());
+        let copy = c.channel_keys().unwrap();
+        prop_assert_eq!(copy.n_rows(), rows.len());
         for j in 0..d {
-            let col: Vec<f16> = rows.iter().map(|k| f16::from_f32(k[j])).collect();
-            prop_assert_eq!(c.channel_keys(j).unwrap(), &col[..], "channel {}", j);
+            let col = copy.column(j).unwrap();
+            prop_assert_eq!(col.scales.len(), rows.len().div_ceil(page));
+            for (p, ks) in rows.chunks(page).enumerate() {
+                let s = ks.iter().fold(0.0f32, |a, k| a.max(k[j].abs())) / 127.0;
+                prop_assert_eq!(col.scales[p], s, "channel {} page {}", j, p);
+                for (i, k) in ks.iter().enumerate() {
+                    let want = if s == 0.0 { 0 } else { (k[j] / s).round() as i8 };
+                    let got = col.codes[p * page + i];
+                    prop_assert_eq!(got, want, "channel {} row {}", j, p * page + i);
+                    // and the code stands for the key within half a step
+                    prop_assert!((k[j] - s * got as f32).abs() <= 0.5001 * s + 1e-30);
+                }
+            }
         }
     }
 

@@ -12,6 +12,7 @@ use std::arch::x86_64::*;
 use qada_stats::f16;
 use qada_stats::simd::x86::{hsum, hsum4};
 use qada_stats::simd::Avx2;
+use qada_stats::ChannelColumn;
 
 use super::column_tile::{tile_stride, COLUMNS_PER_PASS, MAX_HEADS};
 use super::exp_constants::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
@@ -447,18 +448,19 @@ pub unsafe fn axpy(_: Avx2, acc: &mut [f32], w: f32, row: &[f16]) {
 }
 
 /// [`crate::attention::column_page_masses`] on 8 lanes: per page, the scores of every head
-/// into `tile` (columns added [`COLUMNS_PER_PASS`] at a time, each 8-row chunk of them
-/// converted once for all heads), then each head's maximum and exponentials in the tile.
+/// into `tile` (columns added [`COLUMNS_PER_PASS`] at a time, each 8-row chunk of their codes
+/// converted once for all heads, each weight times the column's page scale), then each head's
+/// maximum and exponentials in the tile.
 ///
 /// # Safety
 /// The CPU has AVX2, FMA and F16C (the token proves it); `columns` is not empty and every
-/// column holds at least `t` values; `weights.len()` is a multiple of `columns.len()`
+/// column holds at least `t` codes and `ceil(t / page)` scales; `weights.len()` is a multiple of `columns.len()`
 /// (`heads` rows); `out` holds `heads x ceil(t / page)` values; `page >= 1`; `tile` holds
 /// `heads x tile_stride(page)` values.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn column_page_masses(
     _: Avx2,
-    columns: &[&[f16]],
+    columns: &[ChannelColumn<'_>],
     weights: &[f32],
     t: usize,
     page: usize,
@@ -482,6 +484,10 @@ pub unsafe fn column_page_masses(
         let full = len / 8 * 8;
         for (pass, cols) in columns.chunks(COLUMNS_PER_PASS).enumerate() {
             let c0 = pass * COLUMNS_PER_PASS;
+            let mut scale = [0.0f32; COLUMNS_PER_PASS];
+            for (s, col) in scale.iter_mut().zip(cols) {
+                *s = col.scales[p];
+            }
             // SAFETY: rows start + i + 8 <= start + len <= t of every column; weights
             // h r + c0 + k < heads r; tile h stride + i + 8 <= heads stride (i + 8 <= len <=
             // stride).
@@ -489,7 +495,8 @@ pub unsafe fn column_page_masses(
             while i < full {
                 let mut v = [_mm256_setzero_ps(); COLUMNS_PER_PASS];
                 for (x, col) in v.iter_mut().zip(cols) {
-                    *x = load_f16(col.as_ptr(), start + i);
+                    let bytes = _mm_loadl_epi64(col.codes.as_ptr().add(start + i).cast());
+                    *x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
                 }
                 for h in 0..heads {
                     let dst = tp.add(h * stride + i);
@@ -499,7 +506,7 @@ pub unsafe fn column_page_masses(
                         _mm256_loadu_ps(dst)
                     };
                     for (k, x) in v.iter().enumerate().take(cols.len()) {
-                        let w = _mm256_broadcast_ss(&*wp.add(h * r + c0 + k));
+                        let w = _mm256_set1_ps(*wp.add(h * r + c0 + k) * scale[k]);
                         acc = _mm256_fmadd_ps(w, *x, acc);
                     }
                     _mm256_storeu_ps(dst, acc);
@@ -510,7 +517,7 @@ pub unsafe fn column_page_masses(
                 for h in 0..heads {
                     let mut x = if pass == 0 { 0.0 } else { tile[h * stride + i] };
                     for (k, col) in cols.iter().enumerate() {
-                        x += weights[h * r + c0 + k] * col[start + i].to_f32();
+                        x += weights[h * r + c0 + k] * scale[k] * col.codes[start + i] as f32;
                     }
                     tile[h * stride + i] = x;
                 }

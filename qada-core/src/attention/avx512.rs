@@ -6,8 +6,8 @@
 
 use std::arch::x86_64::*;
 
-use qada_stats::f16;
 use qada_stats::simd::Avx512;
+use qada_stats::ChannelColumn;
 
 use super::column_tile::{tile_stride, MAX_HEADS};
 use super::exp_constants::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
@@ -80,19 +80,19 @@ unsafe fn ln16(x: __m512) -> __m512 {
 }
 
 /// [`crate::attention::column_page_masses`] on 16 lanes: per page, the scores of every head
-/// into `tile` (up to eight columns a pass, each 16-row chunk of them converted once for all
-/// heads), then each head's maximum and exponentials in the tile, and the logarithms 16
-/// pages at a time.
+/// into `tile` (up to eight columns a pass, each 16-row chunk of their codes
+/// converted once for all heads, each weight times the column's page scale), then each head's
+/// maximum and exponentials in the tile, and the logarithms 16 pages at a time.
 ///
 /// # Safety
 /// The CPU has AVX-512F, AVX2, FMA and F16C (the token proves it); `columns` is not empty and
-/// every column holds at least `t` values; `weights.len()` is a multiple of `columns.len()`
+/// every column holds at least `t` codes and `ceil(t / page)` scales; `weights.len()` is a multiple of `columns.len()`
 /// (`heads <= MAX_HEADS` rows); `out` holds `heads x ceil(t / page)` values; `page >= 1`;
 /// `tile` holds `heads x tile_stride(page)` values.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub unsafe fn column_page_masses(
     _: Avx512,
-    columns: &[&[f16]],
+    columns: &[ChannelColumn<'_>],
     weights: &[f32],
     t: usize,
     page: usize,
@@ -114,6 +114,10 @@ pub unsafe fn column_page_masses(
         let full = len / 16 * 16;
         for (pass, cols) in columns.chunks(COLUMNS_PER_PASS).enumerate() {
             let c0 = pass * COLUMNS_PER_PASS;
+            let mut scale = [0.0f32; COLUMNS_PER_PASS];
+            for (s, col) in scale.iter_mut().zip(cols) {
+                *s = col.scales[p];
+            }
             // SAFETY: rows start + i + 16 <= start + len <= t of every column; weights
             // h r + c0 + k < heads r; tile h stride + i + 16 <= heads stride (i + 16 <= len
             // <= stride).
@@ -121,8 +125,8 @@ pub unsafe fn column_page_masses(
             while i < full {
                 let mut v = [_mm512_setzero_ps(); COLUMNS_PER_PASS];
                 for (x, col) in v.iter_mut().zip(cols) {
-                    let half = _mm256_loadu_si256(col.as_ptr().add(start + i).cast::<__m256i>());
-                    *x = _mm512_cvtph_ps(half);
+                    let bytes = _mm_loadu_si128(col.codes.as_ptr().add(start + i).cast());
+                    *x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
                 }
                 for h in 0..heads {
                     let dst = tp.add(h * stride + i);
@@ -132,7 +136,7 @@ pub unsafe fn column_page_masses(
                         _mm512_loadu_ps(dst)
                     };
                     for (k, x) in v.iter().enumerate().take(cols.len()) {
-                        let w = _mm512_set1_ps(*wp.add(h * r + c0 + k));
+                        let w = _mm512_set1_ps(*wp.add(h * r + c0 + k) * scale[k]);
                         acc = _mm512_fmadd_ps(w, *x, acc);
                     }
                     _mm512_storeu_ps(dst, acc);
@@ -143,7 +147,7 @@ pub unsafe fn column_page_masses(
                 for h in 0..heads {
                     let mut x = if pass == 0 { 0.0 } else { tile[h * stride + i] };
                     for (k, col) in cols.iter().enumerate() {
-                        x += weights[h * r + c0 + k] * col[start + i].to_f32();
+                        x += weights[h * r + c0 + k] * scale[k] * col.codes[start + i] as f32;
                     }
                     tile[h * stride + i] = x;
                 }

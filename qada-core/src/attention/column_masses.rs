@@ -1,9 +1,9 @@
 //! Page masses from keys stored by column: the channel rule's scoring in one pass.
 //!
 //! For heads `h`, chosen key channels `c` with weights `w_hc = scale q_hc`, and pages `p` of
-//! `P` bulk rows,
+//! `P` bulk rows whose keys are held in 8 bits ([`ChannelColumn`]: `k_ic ~ s_cp c_ic`),
 //!
-//! `M_hp = ln sum_{i in p} exp(s_hi)`, with `s_hi = sum_c w_hc k_ic`,
+//! `M_hp = ln sum_{i in p} exp(s_hi)`, with `s_hi = sum_c (w_hc s_cp) c_ic`,
 //!
 //! computed page by page: a page's scores of every head live in a small tile (in L1), and its
 //! maximum and exponentials are taken there, so the `heads x T` scores are never written out
@@ -13,7 +13,7 @@
 //! scores are all NaN or `-inf` gets NaN when one of them is NaN (so it is always kept) and
 //! `-inf` otherwise.
 
-use qada_stats::f16;
+use qada_stats::ChannelColumn;
 
 use super::column_tile::{tile_stride, MAX_HEADS};
 use super::exp::fast_exp;
@@ -22,19 +22,20 @@ use qada_stats::simd::{Avx2, Avx512};
 
 use crate::{CoreError, Result};
 
-/// `out[h n_pages + p] = ln sum_{i in page p} exp(sum_c weights[h r + c] columns[c][i])`
-/// for the `heads = weights.len() / r` heads, the `r = columns.len()` columns and the pages
-/// of `page` rows of the first `t` rows (the last page may be shorter).
+/// `out[h n_pages + p] = ln sum_{i in page p} exp(sum_c weights[h r + c] s_cp c_ci)` for the
+/// `heads = weights.len() / r` heads, the `r = columns.len()` columns (codes `c_ci`, scales
+/// `s_cp`) and the pages of `page` rows of the first `t` rows (the last page may be shorter).
 ///
 /// `tile` is scratch (`heads` times `page` rounded up to 16, f32), grown as needed and kept
 /// between calls so that a decoding step allocates nothing.
 ///
 /// # Errors
-/// [`CoreError::DimensionMismatch`] when a column is shorter than `t`, `weights` is not
+/// [`CoreError::DimensionMismatch`] when a column holds fewer than `t` codes or fewer scales
+/// than pages, `weights` is not
 /// `heads x r` with at most 64 heads, or `out` does not hold `heads x ceil(t / page)` values;
 /// [`CoreError::InvalidParameter`] for a page size of 0.
 pub fn column_page_masses(
-    columns: &[&[f16]],
+    columns: &[ChannelColumn<'_>],
     weights: &[f32],
     t: usize,
     page: usize,
@@ -57,14 +58,21 @@ pub fn column_page_masses(
             found: weights.len(),
         });
     }
-    if let Some(short) = columns.iter().find(|c| c.len() < t) {
+    if let Some(short) = columns.iter().find(|c| c.codes.len() < t) {
         return Err(CoreError::DimensionMismatch {
             what: "rows of a key column",
             expected: t,
-            found: short.len(),
+            found: short.codes.len(),
         });
     }
     let n_pages = t.div_ceil(page);
+    if let Some(short) = columns.iter().find(|c| c.scales.len() < n_pages) {
+        return Err(CoreError::DimensionMismatch {
+            what: "page scales of a key column",
+            expected: n_pages,
+            found: short.scales.len(),
+        });
+    }
     if out.len() != heads * n_pages {
         return Err(CoreError::DimensionMismatch {
             what: "page masses (heads x pages)",
@@ -85,7 +93,7 @@ pub fn column_page_masses(
     #[cfg(target_arch = "x86_64")]
     if let Some(token) = Avx2::detect() {
         // SAFETY: the token proves AVX2, FMA and F16C; the checks above give every column at
-        // least `t` rows, `weights` `heads x r` with `heads <= MAX_HEADS`, `out`
+        // least `t` codes and `ceil(t / page)` scales, `weights` `heads x r` with `heads <= MAX_HEADS`, `out`
         // `heads x n_pages` and `tile` `heads x tile_stride(page)`, the kernel's contract.
         unsafe {
             super::avx2::column_page_masses(token, columns, weights, t, page, tile, out);
@@ -98,7 +106,7 @@ pub fn column_page_masses(
 
 /// The portable loop of [`column_page_masses`] (same checks done by the caller).
 fn portable(
-    columns: &[&[f16]],
+    columns: &[ChannelColumn<'_>],
     weights: &[f32],
     t: usize,
     page: usize,
@@ -115,9 +123,9 @@ fn portable(
             let s = &mut tile[h * len..(h + 1) * len];
             s.iter_mut().for_each(|x| *x = 0.0);
             for (c, col) in columns.iter().enumerate() {
-                let w = weights[h * r + c];
-                for (x, k) in s.iter_mut().zip(&col[rows.clone()]) {
-                    *x += w * k.to_f32();
+                let w = weights[h * r + c] * col.scales[p];
+                for (x, &k) in s.iter_mut().zip(&col.codes[rows.clone()]) {
+                    *x += w * k as f32;
                 }
             }
             out[h * n_pages + p] = log_sum_exp(s);
@@ -142,7 +150,22 @@ pub(crate) fn log_sum_exp(s: &[f32]) -> f32 {
 mod tests {
     use super::*;
 
-    fn reference(cols: &[Vec<f16>], w: &[f32], t: usize, page: usize) -> Vec<f64> {
+    /// Codes and scales of one column, owned.
+    struct Owned {
+        codes: Vec<i8>,
+        scales: Vec<f32>,
+    }
+
+    impl Owned {
+        fn view(&self) -> ChannelColumn<'_> {
+            ChannelColumn {
+                codes: &self.codes,
+                scales: &self.scales,
+            }
+        }
+    }
+
+    fn reference(cols: &[Owned], w: &[f32], t: usize, page: usize) -> Vec<f64> {
         let r = cols.len();
         let heads = w.len() / r;
         let n_pages = t.div_ceil(page);
@@ -152,7 +175,10 @@ mod tests {
                 let s: Vec<f64> = (p * page..t.min((p + 1) * page))
                     .map(|i| {
                         (0..r)
-                            .map(|c| w[h * r + c] as f64 * cols[c][i].to_f64())
+                            .map(|c| {
+                                let k = cols[c].scales[p] as f64 * cols[c].codes[i] as f64;
+                                w[h * r + c] as f64 * k
+                            })
                             .sum::<f64>()
                     })
                     .collect();
@@ -165,7 +191,7 @@ mod tests {
 
     /// The masses by every kernel this CPU runs (portable, AVX2, AVX-512), whatever the
     /// environment picks.
-    fn every_path(cols: &[&[f16]], w: &[f32], t: usize, page: usize) -> Vec<Vec<f32>> {
+    fn every_path(cols: &[ChannelColumn<'_>], w: &[f32], t: usize, page: usize) -> Vec<Vec<f32>> {
         let heads = w.len() / cols.len();
         let n = heads * t.div_ceil(page);
         let mut tile = vec![0.0; heads * tile_stride(page)];
@@ -215,15 +241,18 @@ mod tests {
             (9, 1, 77, 13),
             (2, 4, 300, 128),
         ] {
-            let cols: Vec<Vec<f16>> = (0..r)
-                .map(|_| {
-                    (0..t + 3)
-                        .map(|_| f16::from_f32(4.0 * lcg(&mut seed)))
-                        .collect()
+            let cols: Vec<Owned> = (0..r)
+                .map(|_| Owned {
+                    codes: (0..t + 3)
+                        .map(|_| (127.0 * lcg(&mut seed)).round() as i8)
+                        .collect(),
+                    scales: (0..t.div_ceil(page) + 1)
+                        .map(|_| 0.04 * (1.0 + lcg(&mut seed)))
+                        .collect(),
                 })
                 .collect();
             let w: Vec<f32> = (0..heads * r).map(|_| 2.0 * lcg(&mut seed)).collect();
-            let views: Vec<&[f16]> = cols.iter().map(Vec::as_slice).collect();
+            let views: Vec<ChannelColumn<'_>> = cols.iter().map(Owned::view).collect();
             let n_pages = t.div_ceil(page);
             let mut out = vec![0.0; heads * n_pages];
             let mut tile = Vec::new();
@@ -249,11 +278,16 @@ mod tests {
         let mut tile = Vec::new();
         for page in 1..=130 {
             let t = 3 * page - 1;
-            for v in [-3.25f32, 0.0, 0.5, 7.0] {
-                let col = vec![f16::from_f32(v); t];
+            for (code, scale) in [(-13i8, 0.25f32), (0, 1.0), (1, 0.5), (127, 7.0 / 127.0)] {
+                let v = code as f32 * scale;
+                let col = Owned {
+                    codes: vec![code; t],
+                    scales: vec![scale; t.div_ceil(page)],
+                };
+                let col = [col.view()];
                 let mut out = vec![0.0; t.div_ceil(page)];
-                column_page_masses(&[&col], &[1.0], t, page, &mut tile, &mut out).unwrap();
-                let paths = every_path(&[&col], &[1.0], t, page);
+                column_page_masses(&col, &[1.0], t, page, &mut tile, &mut out).unwrap();
+                let paths = every_path(&col, &[1.0], t, page);
                 let all = paths.iter().flat_map(|o| o.iter().enumerate());
                 for (p, &got) in out.iter().enumerate().chain(all) {
                     let n = page.min(t - p * page);
@@ -269,19 +303,38 @@ mod tests {
 
     #[test]
     fn nan_pages_stay_nan_and_bad_shapes_are_refused() {
-        let col = vec![f16::NAN; 16];
-        let cols = [col.as_slice()];
+        // a NaN scale (a NaN key in the page) makes every score of the page NaN; an infinite
+        // one makes the codes' zeros NaN (`inf x 0`) and the rest infinite
+        let col = Owned {
+            codes: vec![1; 16],
+            scales: vec![f32::NAN, 1.0],
+        };
+        let cols = [col.view()];
         let mut out = vec![0.0; 2];
         let mut tile = Vec::new();
         column_page_masses(&cols, &[1.0], 16, 8, &mut tile, &mut out).unwrap();
-        assert!(out.iter().all(|x| x.is_nan()));
-        let mut mixed = vec![f16::from_f32(1.0); 16];
-        mixed[3] = f16::NAN;
-        let cols = [mixed.as_slice()];
+        assert!(out[0].is_nan(), "{}", out[0]);
+        assert!((out[1] - (1.0 + 8.0f32.ln())).abs() < 1e-5, "{}", out[1]);
+        let mut inf = Owned {
+            codes: vec![0; 16],
+            scales: vec![f32::INFINITY, 1.0],
+        };
+        inf.codes[8] = 2;
+        let cols = [inf.view()];
         column_page_masses(&cols, &[1.0], 16, 8, &mut tile, &mut out).unwrap();
-        let want = 1.0 + (7.0f32).ln();
-        assert!((out[0] - want).abs() < 1e-5, "{}", out[0]);
-        assert!((out[1] - (1.0 + 8.0f32.ln())).abs() < 1e-5);
+        assert!(out[0].is_nan(), "{}", out[0]);
+        let want = (2f32.exp() + 7.0).ln();
+        assert!((out[1] - want).abs() < 1e-5, "{} vs {want}", out[1]);
+        for o in every_path(&cols, &[1.0], 16, 8) {
+            assert!(o[0].is_nan() && (o[1] - want).abs() < 1e-5);
+        }
+        let few_scales = Owned {
+            codes: vec![0; 16],
+            scales: vec![1.0],
+        };
+        assert!(
+            column_page_masses(&[few_scales.view()], &[1.0], 16, 8, &mut tile, &mut out).is_err()
+        );
         assert!(column_page_masses(&cols, &[1.0], 16, 0, &mut tile, &mut out).is_err());
         assert!(column_page_masses(&cols, &[1.0], 17, 8, &mut tile, &mut out).is_err());
         assert!(column_page_masses(&cols, &[1.0, 2.0, 3.0], 16, 8, &mut tile, &mut out).is_err());

@@ -27,8 +27,9 @@
 //!   per query), each page's other channels as its diagonal Gaussian:
 //!   `ln A_p_hat = lse_{i in p}(scale q_R . k_iR) + scale q_R' . mu_p + scale^2 q_R'^2 . v_p / 2`;
 //!   top-p by it against the total `A_local + sum_p A_p_hat`. It reads `r` columns of the
-//!   cache's copy of the bulk keys by channel (`r / d` of the keys' bytes; whole key rows
-//!   where no copy is kept).
+//!   cache's copy of the bulk keys by channel, 8-bit codes with a scale per page and channel
+//!   ([`qada_stats::ChannelKeys`]: `r / 2d` of the f16 keys' bytes; whole key rows where no
+//!   copy is kept).
 //!
 //! The pages are left out in bins of `exp(x - max x)`, eight per octave (no sort): the
 //! bin where the budget runs out is kept whole, so a rule reads at most one bin more than a
@@ -36,7 +37,7 @@
 //!
 //! The group reads the union of its long heads' pages; each head computes over its own.
 
-use qada_stats::{f16, BulkSummaries, PageBounds};
+use qada_stats::{f16, BulkSummaries, ChannelColumn, PageBounds};
 
 use crate::attention::{column_page_masses, exp_in_place, max_score, scores, Elem};
 use crate::criteria::bound::{checked_pages, F32_ROUNDING};
@@ -338,9 +339,9 @@ fn summary_products(
     // each chosen column read once for the group, page by page
     let by_channel = matches!(rule, PageRule::Channels(_))
         && s.channel.len() <= MAX_COLUMNS
-        && s.channel
-            .iter()
-            .all(|&c| pages.channel_keys(c as usize).is_some());
+        && pages
+            .channel_keys()
+            .is_some_and(|k| s.channel.iter().all(|&c| (c as usize) < k.dim()));
     if by_channel {
         channel_masses(pages, d, scale, n_long, s)?;
     }
@@ -472,9 +473,9 @@ impl Scoring<'_> {
         let mut bytes = (rows * 2 * d * n_pages) as u64;
         let mut flops = (rows * 2 * d * n_pages * n_long) as u64;
         if self.by_channel {
-            // the chosen columns, f16
+            // the chosen columns: a byte a key and an f32 scale a page
             let r = selection.scratch.channel.len();
-            bytes += (2 * r * t) as u64;
+            bytes += (r * t + 4 * r * n_pages) as u64;
             flops += (2 * r * t * n_long) as u64;
         } else if keys {
             flops += (2 * d * t * n_long) as u64;
@@ -558,11 +559,16 @@ fn channel_masses(
     n_long: usize,
     s: &mut SelectScratch,
 ) -> Result<()> {
-    let empty: &[f16] = &[];
+    let empty = ChannelColumn {
+        codes: &[],
+        scales: &[],
+    };
     let mut columns = [empty; MAX_COLUMNS];
     let r = s.channel.len();
-    for (col, &c) in columns.iter_mut().zip(&s.channel) {
-        *col = pages.channel_keys(c as usize).unwrap_or(empty);
+    if let Some(keys) = pages.channel_keys() {
+        for (col, &c) in columns.iter_mut().zip(&s.channel) {
+            *col = keys.column(c as usize).unwrap_or(empty);
+        }
     }
     s.weights.clear();
     for h in 0..n_long {
@@ -754,7 +760,7 @@ mod tests {
 
     #[test]
     fn masses_by_channel_equal_those_of_the_rows_scores_on_those_channels() {
-        let (d, t) = (8, 600);
+        let (d, t) = (8usize, 600usize);
         let mut x = 0x9e37_79b9_u32;
         let mut next = || {
             x ^= x << 13;
@@ -762,8 +768,18 @@ mod tests {
             x ^= x << 5;
             (x as f32 / u32::MAX as f32) * 4.0 - 2.0
         };
-        // keys exact in f16, so the copy holds them exactly
-        let keys: Vec<f32> = (0..t * d).map(|_| f16::from_f32(next()).to_f32()).collect();
+        // keys of 64ths with 127/64 first in every page: each page's scale is 1/64 and the
+        // 8-bit copy holds the keys exactly
+        let keys: Vec<f32> = (0..t * d)
+            .map(|i| {
+                let x = next();
+                if (i / d).is_multiple_of(32) {
+                    127.0 / 64.0
+                } else {
+                    (x * 63.0).round() / 64.0
+                }
+            })
+            .collect();
         let q: Vec<f32> = (0..2 * d).map(|_| next()).collect();
         let mut pages = PageBounds::new(d, 32).unwrap();
         pages.keep_channel_keys().unwrap();
