@@ -449,7 +449,7 @@ pub unsafe fn axpy(_: Avx2, acc: &mut [f32], w: f32, row: &[f16]) {
 
 /// [`crate::attention::column_page_masses`] on 8 lanes: per page, the scores of every head
 /// into `tile` (columns added [`COLUMNS_PER_PASS`] at a time, each 8-row chunk of their codes
-/// converted once for all heads, each weight times the column's page scale), then each head's
+/// converted and scaled once for all heads), then each head's
 /// maximum and exponentials in the tile.
 ///
 /// # Safety
@@ -494,9 +494,10 @@ pub unsafe fn column_page_masses(
             let mut i = 0;
             while i < full {
                 let mut v = [_mm256_setzero_ps(); COLUMNS_PER_PASS];
-                for (x, col) in v.iter_mut().zip(cols) {
+                for ((x, col), s) in v.iter_mut().zip(cols).zip(&scale) {
                     let bytes = _mm_loadl_epi64(col.codes.as_ptr().add(start + i).cast());
-                    *x = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+                    let codes = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+                    *x = _mm256_mul_ps(codes, _mm256_broadcast_ss(s));
                 }
                 for h in 0..heads {
                     let dst = tp.add(h * stride + i);
@@ -506,7 +507,7 @@ pub unsafe fn column_page_masses(
                         _mm256_loadu_ps(dst)
                     };
                     for (k, x) in v.iter().enumerate().take(cols.len()) {
-                        let w = _mm256_set1_ps(*wp.add(h * r + c0 + k) * scale[k]);
+                        let w = _mm256_broadcast_ss(&*wp.add(h * r + c0 + k));
                         acc = _mm256_fmadd_ps(w, *x, acc);
                     }
                     _mm256_storeu_ps(dst, acc);
@@ -517,7 +518,7 @@ pub unsafe fn column_page_masses(
                 for h in 0..heads {
                     let mut x = if pass == 0 { 0.0 } else { tile[h * stride + i] };
                     for (k, col) in cols.iter().enumerate() {
-                        x += weights[h * r + c0 + k] * scale[k] * col.codes[start + i] as f32;
+                        x += weights[h * r + c0 + k] * (scale[k] * col.codes[start + i] as f32);
                     }
                     tile[h * stride + i] = x;
                 }

@@ -81,7 +81,7 @@ unsafe fn ln16(x: __m512) -> __m512 {
 
 /// [`crate::attention::column_page_masses`] on 16 lanes: per page, the scores of every head
 /// into `tile` (up to eight columns a pass, each 16-row chunk of their codes
-/// converted once for all heads, each weight times the column's page scale), then each head's
+/// converted and scaled once for all heads), then each head's
 /// maximum and exponentials in the tile, and the logarithms 16 pages at a time.
 ///
 /// # Safety
@@ -124,9 +124,10 @@ pub unsafe fn column_page_masses(
             let mut i = 0;
             while i < full {
                 let mut v = [_mm512_setzero_ps(); COLUMNS_PER_PASS];
-                for (x, col) in v.iter_mut().zip(cols) {
+                for ((x, col), &s) in v.iter_mut().zip(cols).zip(&scale) {
                     let bytes = _mm_loadu_si128(col.codes.as_ptr().add(start + i).cast());
-                    *x = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
+                    let codes = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
+                    *x = _mm512_mul_ps(codes, _mm512_set1_ps(s));
                 }
                 for h in 0..heads {
                     let dst = tp.add(h * stride + i);
@@ -136,7 +137,7 @@ pub unsafe fn column_page_masses(
                         _mm512_loadu_ps(dst)
                     };
                     for (k, x) in v.iter().enumerate().take(cols.len()) {
-                        let w = _mm512_set1_ps(*wp.add(h * r + c0 + k) * scale[k]);
+                        let w = _mm512_set1_ps(*wp.add(h * r + c0 + k));
                         acc = _mm512_fmadd_ps(w, *x, acc);
                     }
                     _mm512_storeu_ps(dst, acc);
@@ -147,7 +148,7 @@ pub unsafe fn column_page_masses(
                 for h in 0..heads {
                     let mut x = if pass == 0 { 0.0 } else { tile[h * stride + i] };
                     for (k, col) in cols.iter().enumerate() {
-                        x += weights[h * r + c0 + k] * scale[k] * col.codes[start + i] as f32;
+                        x += weights[h * r + c0 + k] * (scale[k] * col.codes[start + i] as f32);
                     }
                     tile[h * stride + i] = x;
                 }

@@ -3,7 +3,7 @@
 //! For heads `h`, chosen key channels `c` with weights `w_hc = scale q_hc`, and pages `p` of
 //! `P` bulk rows whose keys are held in 8 bits ([`ChannelColumn`]: `k_ic ~ s_cp c_ic`),
 //!
-//! `M_hp = ln sum_{i in p} exp(s_hi)`, with `s_hi = sum_c (w_hc s_cp) c_ic`,
+//! `M_hp = ln sum_{i in p} exp(s_hi)`, with `s_hi = sum_c w_hc (s_cp c_ic)`,
 //!
 //! computed page by page: a page's scores of every head live in a small tile (in L1), and its
 //! maximum and exponentials are taken there, so the `heads x T` scores are never written out
@@ -123,9 +123,9 @@ fn portable(
             let s = &mut tile[h * len..(h + 1) * len];
             s.iter_mut().for_each(|x| *x = 0.0);
             for (c, col) in columns.iter().enumerate() {
-                let w = weights[h * r + c] * col.scales[p];
+                let (w, scale) = (weights[h * r + c], col.scales[p]);
                 for (x, &k) in s.iter_mut().zip(&col.codes[rows.clone()]) {
-                    *x += w * k as f32;
+                    *x += w * (scale * k as f32);
                 }
             }
             out[h * n_pages + p] = log_sum_exp(s);

@@ -119,7 +119,8 @@ impl Engine {
 
     /// Bytes a mark after `pos` tokens holds, estimated: every KV head's moments (mean and
     /// covariance in f64, and their factored copy), and for criteria that keep page summaries
-    /// a copy of them (at most half the K/V of `pos` tokens: the keys by channel).
+    /// a copy of them (taken as half the f16 K/V of `pos` tokens; with `d = 64` and pages
+    /// of 32 they are 3/8 of it: the keys by channel in 8 bits and the page rows).
     fn mark_bytes(&self, pos: usize, per_token: u64, pages: bool) -> u64 {
         let c = &self.model.config();
         let d = c.head_dim as u64;
