@@ -6,7 +6,9 @@
 //! `sum_{j in R} q_j k_ij ~ sum_{j in R} (q_j s_jp) c_ij`, reads one byte a key and channel
 //! (half of f16) and one scale a page and channel.
 //!
-//! The open (last) page keeps its keys in f32 as well: when a key raises a channel's
+//! The scales are stored page by page (`n_pages x d`) and the open (last) page keeps its keys
+//! in f32 row by row, so that adding a key writes one code a channel and a few cache lines
+//! besides. When a key raises a channel's
 //! maximum, that channel's codes in the page are redone from them, so every code always
 //! equals the one its page's final scale gives (a recomputation from the keys agrees bit for
 //! bit). A NaN key makes its channel's scale in the page NaN (every score of the page NaN: the
@@ -22,8 +24,21 @@ const CODE_MAX: f32 = 127.0;
 pub struct ChannelColumn<'a> {
     /// `c_ij` of every key `i` held.
     pub codes: &'a [i8],
-    /// `s_jp` of every page `p`.
+    /// `s_jp` of page `p` at `scales[p * stride]`.
     pub scales: &'a [f32],
+    /// Distance between two pages' scales in `scales` (at least 1).
+    pub stride: usize,
+}
+
+impl ChannelColumn<'_> {
+    /// Pages whose scale the column holds.
+    pub fn n_scales(&self) -> usize {
+        if self.scales.is_empty() {
+            0
+        } else {
+            (self.scales.len() - 1) / self.stride.max(1) + 1
+        }
+    }
 }
 
 /// The keys by channel, 8-bit codes with a scale per page and channel.
@@ -33,9 +48,9 @@ pub struct ChannelKeys {
     rows: usize,
     /// Per channel, the codes of every key held.
     codes: Vec<Vec<i8>>,
-    /// Per channel, the scale of every page.
-    scales: Vec<Vec<f32>>,
-    /// The open page's keys by channel, `dim x page` (channel `j` at `j page..`).
+    /// Every page's scales, `n_pages x dim` row-major.
+    scales: Vec<f32>,
+    /// The open page's keys, `page x dim` row-major.
     open: Vec<f32>,
     /// The open page's largest `|k_j|` per channel (NaN once a key was NaN).
     open_max: Vec<f32>,
@@ -58,7 +73,7 @@ impl ChannelKeys {
             page,
             rows: 0,
             codes: vec![Vec::new(); dim],
-            scales: vec![Vec::new(); dim],
+            scales: Vec::new(),
             open: vec![0.0; dim * page],
             open_max: vec![0.0; dim],
         })
@@ -76,55 +91,58 @@ impl ChannelKeys {
     pub fn column(&self, j: usize) -> Option<ChannelColumn<'_>> {
         Some(ChannelColumn {
             codes: self.codes.get(j)?,
-            scales: self.scales.get(j)?,
+            scales: self.scales.get(j..).unwrap_or(&[]),
+            stride: self.dim(),
         })
     }
     /// Bytes held: the codes and the scales.
     pub fn bytes(&self) -> usize {
-        let scales: usize = self.scales.iter().map(Vec::len).sum();
-        self.rows * self.dim() + scales * std::mem::size_of::<f32>()
+        self.rows * self.dim() + self.scales.len() * std::mem::size_of::<f32>()
     }
 
     /// Room for `rows` keys in all, so that adding them allocates nothing.
     pub fn reserve(&mut self, rows: usize) {
-        let pages = rows.div_ceil(self.page);
-        for (c, s) in self.codes.iter_mut().zip(&mut self.scales) {
+        let scales = rows.div_ceil(self.page) * self.dim();
+        self.scales
+            .reserve(scales.saturating_sub(self.scales.len()));
+        for c in &mut self.codes {
             c.reserve(rows.saturating_sub(c.len()));
-            s.reserve(pages.saturating_sub(s.len()));
         }
     }
     /// Forget every key.
     pub fn clear(&mut self) {
         self.rows = 0;
         self.codes.iter_mut().for_each(Vec::clear);
-        self.scales.iter_mut().for_each(Vec::clear);
+        self.scales.clear();
     }
 
     /// Add one key (the caller checked its length: `dim` values).
     pub(crate) fn push(&mut self, key: &[f32]) {
-        let (page, at) = (self.page, self.rows % self.page);
+        let (d, at) = (self.dim(), self.rows % self.page);
         let page_start = self.rows - at;
-        for (j, &k) in key.iter().enumerate() {
-            let (codes, scales) = (&mut self.codes[j], &mut self.scales[j]);
-            let max = &mut self.open_max[j];
-            if at == 0 {
-                scales.push(0.0);
-                *max = 0.0;
-            }
-            let open = &mut self.open[j * page..(j + 1) * page];
-            open[at] = k;
+        if at == 0 {
+            self.scales.resize(self.scales.len() + d, 0.0);
+            self.open_max.fill(0.0);
+        }
+        self.open[at * d..(at + 1) * d].copy_from_slice(key);
+        let scales = &mut self.scales[page_start / self.page * d..];
+        for (j, ((&k, codes), max)) in key
+            .iter()
+            .zip(&mut self.codes)
+            .zip(&mut self.open_max)
+            .enumerate()
+        {
             let a = k.abs();
             if a > *max || (a.is_nan() && !max.is_nan()) {
                 // a new maximum (or the first NaN): a new scale, the page's codes redone
                 *max = a;
                 let s = a / CODE_MAX;
-                if let Some(last) = scales.last_mut() {
-                    *last = s;
-                }
+                scales[j] = s;
                 codes.truncate(page_start);
-                codes.extend(open[..=at].iter().map(|&x| code(x, s)));
+                let open = self.open[j..(at + 1) * d].iter().step_by(d);
+                codes.extend(open.map(|&x| code(x, s)));
             } else {
-                codes.push(code(k, *max / CODE_MAX));
+                codes.push(code(k, scales[j]));
             }
         }
         self.rows += 1;
@@ -135,13 +153,12 @@ impl ChannelKeys {
 /// is left in the open page's buffer from earlier pages does not count).
 impl PartialEq for ChannelKeys {
     fn eq(&self, other: &Self) -> bool {
-        let (at, p) = (self.rows % self.page, self.page);
+        let open = self.rows % self.page * self.dim();
         self.page == other.page
             && self.rows == other.rows
             && self.codes == other.codes
             && self.scales == other.scales
-            && (0..self.dim())
-                .all(|j| self.open[j * p..j * p + at] == other.open[j * p..j * p + at])
+            && self.open[..open] == other.open[..open]
     }
 }
 
@@ -166,6 +183,7 @@ mod tests {
             c.push(&[k]);
         }
         let col = c.column(0).unwrap();
+        assert_eq!((col.stride, col.n_scales()), (1, 2));
         // page 0: max 127, scale 1 (63.4 and 0.5 redone from 0.5 and 63.4 / 127 at
         // -127): 63, 1 (half away from zero), -127; page 1: all zero, scale 0, code 0
         assert_eq!(col.codes, &[63, 1, -127, 0]);
@@ -182,8 +200,10 @@ mod tests {
         c.push(&[f32::NAN, 1.0]);
         c.push(&[1.0, 1.0]);
         let (a, b) = (c.column(0).unwrap(), c.column(1).unwrap());
-        assert!(a.scales[0].is_nan() && a.scales[1] == 1.0 / 127.0);
+        // page-major scales: channel 0's at 0 and 2, channel 1's at 1 and 3
+        assert!(a.scales[0].is_nan() && a.scales[2] == 1.0 / 127.0);
         assert!(b.scales[0].is_infinite() && b.codes[..2] == [0, 0]);
+        assert_eq!((a.n_scales(), b.n_scales(), b.stride), (2, 2, 2));
         c.clear();
         assert_eq!((c.n_rows(), c.column(0).unwrap().codes.len()), (0, 0));
     }

@@ -77,10 +77,10 @@ proptest! {
         prop_assert_eq!(copy.n_rows(), rows.len());
         for j in 0..d {
             let col = copy.column(j).unwrap();
-            prop_assert_eq!(col.scales.len(), rows.len().div_ceil(page));
+            prop_assert_eq!(col.n_scales(), rows.len().div_ceil(page));
             for (p, ks) in rows.chunks(page).enumerate() {
                 let s = ks.iter().fold(0.0f32, |a, k| a.max(k[j].abs())) / 127.0;
-                prop_assert_eq!(col.scales[p], s, "channel {} page {}", j, p);
+                prop_assert_eq!(col.scales[p * col.stride], s, "channel {} page {}", j, p);
                 for (i, k) in ks.iter().enumerate() {
                     let want = if s == 0.0 { 0 } else { (k[j] / s).round() as i8 };
                     let got = col.codes[p * page + i];

@@ -311,7 +311,7 @@ pub fn run(a: Args) -> CliResult<()> {
     let kv = a.cache.kv;
     std::fs::create_dir_all(&a.work_dir)
         .map_err(|e| format!("cannot create {}: {e}", a.work_dir.display()))?;
-    let cfgs = configs(&methods, &taus, &[], None, &groups)?;
+    let cfgs = configs(&methods, &taus, &[], None, &groups, DEFAULT_CHANNELS)?;
     let mut log = RecordLog::open(&a.work_dir.join("records.jsonl"), a.resume)?;
     log.name_run(crate::host::run_info(
         model.activations().name(),

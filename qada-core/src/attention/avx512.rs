@@ -116,7 +116,7 @@ pub unsafe fn column_page_masses(
             let c0 = pass * COLUMNS_PER_PASS;
             let mut scale = [0.0f32; COLUMNS_PER_PASS];
             for (s, col) in scale.iter_mut().zip(cols) {
-                *s = col.scales[p];
+                *s = col.scales[p * col.stride];
             }
             // SAFETY: rows start + i + 16 <= start + len <= t of every column; weights
             // h r + c0 + k < heads r; tile h stride + i + 16 <= heads stride (i + 16 <= len

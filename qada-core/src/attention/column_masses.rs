@@ -33,7 +33,7 @@ use crate::{CoreError, Result};
 /// [`CoreError::DimensionMismatch`] when a column holds fewer than `t` codes or fewer scales
 /// than pages, `weights` is not
 /// `heads x r` with at most 64 heads, or `out` does not hold `heads x ceil(t / page)` values;
-/// [`CoreError::InvalidParameter`] for a page size of 0.
+/// [`CoreError::InvalidParameter`] for a page size or a scale stride of 0.
 pub fn column_page_masses(
     columns: &[ChannelColumn<'_>],
     weights: &[f32],
@@ -66,11 +66,18 @@ pub fn column_page_masses(
         });
     }
     let n_pages = t.div_ceil(page);
-    if let Some(short) = columns.iter().find(|c| c.scales.len() < n_pages) {
+    if columns.iter().any(|c| c.stride == 0) {
+        return Err(CoreError::InvalidParameter {
+            what: "distance between a key column's page scales",
+            expected: "at least 1",
+            found: 0.0,
+        });
+    }
+    if let Some(short) = columns.iter().find(|c| c.n_scales() < n_pages) {
         return Err(CoreError::DimensionMismatch {
             what: "page scales of a key column",
             expected: n_pages,
-            found: short.scales.len(),
+            found: short.n_scales(),
         });
     }
     if out.len() != heads * n_pages {
@@ -123,7 +130,7 @@ fn portable(
             let s = &mut tile[h * len..(h + 1) * len];
             s.iter_mut().for_each(|x| *x = 0.0);
             for (c, col) in columns.iter().enumerate() {
-                let (w, scale) = (weights[h * r + c], col.scales[p]);
+                let (w, scale) = (weights[h * r + c], col.scales[p * col.stride]);
                 for (x, &k) in s.iter_mut().zip(&col.codes[rows.clone()]) {
                     *x += w * (scale * k as f32);
                 }
@@ -161,6 +168,7 @@ mod tests {
             ChannelColumn {
                 codes: &self.codes,
                 scales: &self.scales,
+                stride: 1,
             }
         }
     }
@@ -335,6 +343,11 @@ mod tests {
         assert!(
             column_page_masses(&[few_scales.view()], &[1.0], 16, 8, &mut tile, &mut out).is_err()
         );
+        let no_stride = ChannelColumn {
+            stride: 0,
+            ..cols[0]
+        };
+        assert!(column_page_masses(&[no_stride], &[1.0], 16, 8, &mut tile, &mut out).is_err());
         assert!(column_page_masses(&cols, &[1.0], 16, 0, &mut tile, &mut out).is_err());
         assert!(column_page_masses(&cols, &[1.0], 17, 8, &mut tile, &mut out).is_err());
         assert!(column_page_masses(&cols, &[1.0, 2.0, 3.0], 16, 8, &mut tile, &mut out).is_err());

@@ -562,6 +562,7 @@ fn channel_masses(
     let empty = ChannelColumn {
         codes: &[],
         scales: &[],
+        stride: 1,
     };
     let mut columns = [empty; MAX_COLUMNS];
     let r = s.channel.len();

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use qada_core::DEFAULT_CHANNELS;
 use qada_core::DEFAULT_SELECT_PAGE;
 use qada_core::{
     Approx, Bound, Dense, GroupMode, Grouped, Hybrid, LocalityCriterion, Mixture, Oracle, PageRule,
@@ -69,13 +68,15 @@ type BaseConfig = (&'static str, Arc<dyn LocalityCriterion>, Option<f64>, bool);
 
 /// The configurations of `methods`, over `taus` and `alphas`, each adaptive method once per
 /// group mode of `groups` (`head` keeps the method's name; `all` and `mass` add `@all`,
-/// `@mass`). Dense and window read the same bytes in every mode: they run once.
+/// `@mass`). Dense and window read the same bytes in every mode: they run once. `channels`
+/// is the channel rule's `r`.
 pub fn configs(
     methods: &[&'static str],
     taus: &[f64],
     alphas: &[f64],
     statics: Option<&StaticTable>,
     groups: &[GroupMode],
+    channels: usize,
 ) -> CliResult<Vec<Config>> {
     let mut base: Vec<BaseConfig> = Vec::new();
     for &m in methods {
@@ -128,7 +129,7 @@ pub fn configs(
             "pages-oracle" | "channels" => {
                 for &t in taus {
                     let c: Arc<dyn LocalityCriterion> = if m == "channels" {
-                        let rule = PageRule::Channels(DEFAULT_CHANNELS);
+                        let rule = PageRule::Channels(channels);
                         Arc::new(Pages::new(Approx::new(t)?, t, DEFAULT_SELECT_PAGE, rule)?)
                     } else {
                         let rule = PageRule::Exact;
@@ -233,6 +234,7 @@ pub fn parse_list<T: std::str::FromStr>(flag: &str, list: &str) -> CliResult<Vec
 #[cfg(test)]
 mod tests {
     use super::*;
+    use qada_core::DEFAULT_CHANNELS;
 
     #[test]
     fn methods_keep_sweep_order_and_dense_and_reject_unknown_names() {
@@ -251,6 +253,7 @@ mod tests {
             &[],
             None,
             &head,
+            DEFAULT_CHANNELS,
         )
         .unwrap();
         let names: Vec<_> = c.iter().map(|c| (c.method.as_str(), c.param)).collect();
@@ -263,10 +266,18 @@ mod tests {
                 ("oracle", Some(0.9))
             ]
         );
-        assert!(configs(&["static"], &[], &[0.5], None, &head).is_err());
+        assert!(configs(&["static"], &[], &[0.5], None, &head, DEFAULT_CHANNELS).is_err());
         // group modes: dense and window once, every adaptive setting once per mode
         let modes = [GroupMode::Head, GroupMode::All, GroupMode::Mass];
-        let c = configs(&["dense", "window", "oracle"], &[0.5], &[], None, &modes).unwrap();
+        let c = configs(
+            &["dense", "window", "oracle"],
+            &[0.5],
+            &[],
+            None,
+            &modes,
+            DEFAULT_CHANNELS,
+        )
+        .unwrap();
         let names: Vec<_> = c.iter().map(|c| c.method.as_str()).collect();
         assert_eq!(
             names,

@@ -83,6 +83,10 @@ pub struct Args {
     /// Thresholds tau of the oracle and QAdA, comma-separated.
     #[arg(long)]
     taus: Option<String>,
+    /// channels: key channels every bulk key is scored with (those of largest |q_j| max |k_j|
+    /// over the group's long heads).
+    #[arg(long, default_value_t = qada_core::DEFAULT_CHANNELS)]
+    channels: usize,
     /// Group decisions, comma-separated, among head (each query head alone, the paper), all
     /// (a GQA group is local only when all its heads are) and mass (one decision per group
     /// from its summed masses); every adaptive method runs once per mode, named `METHOD@all`
@@ -159,13 +163,18 @@ fn default_lengths(ctx: usize) -> Vec<usize> {
 /// What a resumed run must share with the run it continues.
 fn run_identity(model: &Model, file: &Path, a: &Args) -> serde_json::Value {
     let file = file.file_name().map(|f| f.to_string_lossy().into_owned());
-    json!({
+    let mut id = json!({
         "model": file,
         "kv": a.cache.kv.name(),
         "sink": a.cache.window.sink,
         "local": a.cache.window.local,
         "activations": model.activations().name(),
-    })
+    });
+    // only when not the default, so that the runs from before the flag still match
+    if a.channels != qada_core::DEFAULT_CHANNELS {
+        id["channels"] = json!(a.channels);
+    }
+    id
 }
 
 fn check_identity(dir: &Path, id: &serde_json::Value, resume: bool) -> CliResult<()> {
@@ -179,7 +188,7 @@ fn check_identity(dir: &Path, id: &serde_json::Value, resume: bool) -> CliResult
         if &old != id {
             return fail(format!(
                 "--resume: {} was made with {old}, this run is {id}; use the same model, --kv, \
-                 --sink, --local and --activations, or another --out-dir",
+                 --sink, --local, --activations and --channels, or another --out-dir",
                 path.display()
             ));
         }
@@ -373,7 +382,14 @@ pub fn run(a: Args) -> CliResult<()> {
         return Ok(());
     }
     let table = table.map(Arc::new);
-    let cfgs = configs(&methods, &taus, &alphas, statics.as_ref(), &groups)?;
+    let cfgs = configs(
+        &methods,
+        &taus,
+        &alphas,
+        statics.as_ref(),
+        &groups,
+        a.channels,
+    )?;
     let mut units = sweep::units(&tasks, &lengths);
     let shard_file = match a.shard {
         None => None,
