@@ -95,7 +95,7 @@ impl ChannelKeys {
             stride: self.dim(),
         })
     }
-    /// Bytes held: the codes and the scales.
+    /// Bytes of the codes and the scales (what reading every column reads).
     pub fn bytes(&self) -> usize {
         self.rows * self.dim() + self.scales.len() * std::mem::size_of::<f32>()
     }
@@ -116,8 +116,17 @@ impl ChannelKeys {
         self.scales.clear();
     }
 
-    /// Add one key (the caller checked its length: `dim` values).
-    pub(crate) fn push(&mut self, key: &[f32]) {
+    /// Add one key (`dim` values).
+    ///
+    /// # Errors
+    /// [`StatsError::DimensionMismatch`] when `key` does not hold `dim` values.
+    pub fn push(&mut self, key: &[f32]) -> Result<()> {
+        if key.len() != self.dim() {
+            return Err(StatsError::DimensionMismatch {
+                expected: self.dim(),
+                found: key.len(),
+            });
+        }
         let (d, at) = (self.dim(), self.rows % self.page);
         let page_start = self.rows - at;
         if at == 0 {
@@ -146,6 +155,7 @@ impl ChannelKeys {
             }
         }
         self.rows += 1;
+        Ok(())
     }
 }
 
@@ -180,7 +190,7 @@ mod tests {
     fn codes_follow_the_page_maximum_and_round_to_nearest() {
         let mut c = ChannelKeys::new(1, 3).unwrap();
         for k in [63.4f32, 0.5, -127.0, 0.0] {
-            c.push(&[k]);
+            c.push(&[k]).unwrap();
         }
         let col = c.column(0).unwrap();
         assert_eq!((col.stride, col.n_scales()), (1, 2));
@@ -196,9 +206,10 @@ mod tests {
     #[test]
     fn nan_and_infinity_reach_the_scale() {
         let mut c = ChannelKeys::new(2, 2).unwrap();
-        c.push(&[1.0, f32::INFINITY]);
-        c.push(&[f32::NAN, 1.0]);
-        c.push(&[1.0, 1.0]);
+        c.push(&[1.0, f32::INFINITY]).unwrap();
+        c.push(&[f32::NAN, 1.0]).unwrap();
+        c.push(&[1.0, 1.0]).unwrap();
+        assert!(c.push(&[1.0]).is_err() && c.n_rows() == 3);
         let (a, b) = (c.column(0).unwrap(), c.column(1).unwrap());
         // page-major scales: channel 0's at 0 and 2, channel 1's at 1 and 3
         assert!(a.scales[0].is_nan() && a.scales[2] == 1.0 / 127.0);

@@ -240,7 +240,7 @@ impl PageBounds {
         self.rows += 1;
         self.refresh_last_page(key);
         if let Some(c) = &mut self.channel_keys {
-            c.push(key);
+            c.push(key)?;
         }
         Ok(())
     }
