@@ -8,8 +8,8 @@
 //!
 //! The scales are stored page by page (`n_pages x d`) and the open (last) page keeps its keys
 //! in f32 row by row, so that adding a key writes one code a channel and a few cache lines
-//! besides. When a key raises a channel's
-//! maximum, that channel's codes in the page are redone from them, so every code always
+//! besides. When a key raises a channel's maximum, that channel's codes in the page are redone
+//! from them, so every code always
 //! equals the one its page's final scale gives (a recomputation from the keys agrees bit for
 //! bit). A NaN key makes its channel's scale in the page NaN (every score of the page NaN: the
 //! page is kept); an infinite one makes it infinite (the same, through `inf x 0`).
@@ -52,7 +52,8 @@ pub struct ChannelKeys {
     scales: Vec<f32>,
     /// The open page's keys, `page x dim` row-major.
     open: Vec<f32>,
-    /// The open page's largest `|k_j|` per channel (NaN once a key was NaN).
+    /// The open page's largest `|k_j|` per channel (NaN once a key was NaN); kept rather than
+    /// read back as `127 s_jp`, which need not round-trip to it.
     open_max: Vec<f32>,
 }
 

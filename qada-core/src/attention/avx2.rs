@@ -449,14 +449,14 @@ pub unsafe fn axpy(_: Avx2, acc: &mut [f32], w: f32, row: &[f16]) {
 
 /// [`crate::attention::column_page_masses`] on 8 lanes: per page, the scores of every head
 /// into `tile` (columns added [`COLUMNS_PER_PASS`] at a time, each 8-row chunk of their codes
-/// converted and scaled once for all heads), then each head's
-/// maximum and exponentials in the tile.
+/// converted and scaled once for all heads), then each head's maximum and exponentials in
+/// the tile.
 ///
 /// # Safety
 /// The CPU has AVX2, FMA and F16C (the token proves it); `columns` is not empty and every
-/// column holds at least `t` codes and `ceil(t / page)` scales; `weights.len()` is a multiple of `columns.len()`
-/// (`heads` rows); `out` holds `heads x ceil(t / page)` values; `page >= 1`; `tile` holds
-/// `heads x tile_stride(page)` values.
+/// column holds at least `t` codes and `ceil(t / page)` scales; `weights.len()` is a
+/// multiple of `columns.len()` (`heads` rows); `out` holds `heads x ceil(t / page)` values;
+/// `page >= 1`; `tile` holds `heads x tile_stride(page)` values.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn column_page_masses(
     _: Avx2,

@@ -80,15 +80,16 @@ unsafe fn ln16(x: __m512) -> __m512 {
 }
 
 /// [`crate::attention::column_page_masses`] on 16 lanes: per page, the scores of every head
-/// into `tile` (up to eight columns a pass, each 16-row chunk of their codes
-/// converted and scaled once for all heads), then each head's
-/// maximum and exponentials in the tile, and the logarithms 16 pages at a time.
+/// into `tile` (up to eight columns a pass, each 16-row chunk of their codes converted and
+/// scaled once for all heads), then each head's maximum and exponentials in the tile, and
+/// the logarithms 16 pages at a time.
 ///
 /// # Safety
 /// The CPU has AVX-512F, AVX2, FMA and F16C (the token proves it); `columns` is not empty and
-/// every column holds at least `t` codes and `ceil(t / page)` scales; `weights.len()` is a multiple of `columns.len()`
-/// (`heads <= MAX_HEADS` rows); `out` holds `heads x ceil(t / page)` values; `page >= 1`;
-/// `tile` holds `heads x tile_stride(page)` values.
+/// every column holds at least `t` codes and `ceil(t / page)` scales; `weights.len()` is a
+/// multiple of `columns.len()` (`heads <= MAX_HEADS` rows); `out` holds
+/// `heads x ceil(t / page)` values; `page >= 1`; `tile` holds `heads x tile_stride(page)`
+/// values.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub unsafe fn column_page_masses(
     _: Avx512,

@@ -31,9 +31,9 @@ use crate::{CoreError, Result};
 ///
 /// # Errors
 /// [`CoreError::DimensionMismatch`] when a column holds fewer than `t` codes or fewer scales
-/// than pages, `weights` is not
-/// `heads x r` with at most 64 heads, or `out` does not hold `heads x ceil(t / page)` values;
-/// [`CoreError::InvalidParameter`] for a page size or a scale stride of 0.
+/// than pages, `weights` is not `heads x r` with at most 64 heads, or `out` does not hold
+/// `heads x ceil(t / page)` values; [`CoreError::InvalidParameter`] for a page size or a
+/// scale stride of 0.
 pub fn column_page_masses(
     columns: &[ChannelColumn<'_>],
     weights: &[f32],
@@ -100,8 +100,9 @@ pub fn column_page_masses(
     #[cfg(target_arch = "x86_64")]
     if let Some(token) = Avx2::detect() {
         // SAFETY: the token proves AVX2, FMA and F16C; the checks above give every column at
-        // least `t` codes and `ceil(t / page)` scales, `weights` `heads x r` with `heads <= MAX_HEADS`, `out`
-        // `heads x n_pages` and `tile` `heads x tile_stride(page)`, the kernel's contract.
+        // least `t` codes and `ceil(t / page)` scales, `weights` `heads x r` with
+        // `heads <= MAX_HEADS`, `out` `heads x n_pages` and `tile` `heads x tile_stride(page)`,
+        // the kernel's contract.
         unsafe {
             super::avx2::column_page_masses(token, columns, weights, t, page, tile, out);
         }

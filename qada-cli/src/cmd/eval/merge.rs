@@ -2,8 +2,9 @@
 //! apart, e.g. one method at one length) into `--out-dir`. A record whose key (task, length,
 //! sample, method, parameter) is already there is kept as it is, so dense rows committed
 //! earlier stay the ones the tables use. The two runs must be comparable: the same
-//! `run.json` (model, KV type, sink, window, activations) and, for every calibration table
-//! both folders hold, the same bytes; a table only `FROM` holds is copied with its records.
+//! `run.json` (model, KV type, sink, window, activations, channels) and, for every
+//! calibration table both folders hold, the same bytes; a table only `FROM` holds is copied
+//! with its records.
 //! The lines of `FROM`'s `times.jsonl` that `--out-dir`'s lacks are appended too.
 
 use std::path::Path;
@@ -151,6 +152,22 @@ mod tests {
             .unwrap()
             .is_empty());
         for d in [into, from, from_b] {
+            std::fs::remove_dir_all(d).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_run_from_before_the_channels_flag_counts_as_eight_channels() {
+        // ID names no channels: such runs scored with the default 8
+        let into = run_dir("into4", ID, None, &[]);
+        let eight = ID.replace('}', r#", "channels": 8}"#);
+        let from = run_dir("from4", &eight, None, &[record("dense", 0, 1.0)]);
+        assert_eq!(merge_runs(&from, &into).unwrap(), 1);
+        let sixteen = ID.replace('}', r#", "channels": 16}"#);
+        let from16 = run_dir("from5", &sixteen, None, &[record("dense", 1, 1.0)]);
+        let e = merge_runs(&from16, &into).unwrap_err().to_string();
+        assert!(e.contains("--channels"), "{e}");
+        for d in [into, from, from16] {
             std::fs::remove_dir_all(d).unwrap();
         }
     }

@@ -163,28 +163,34 @@ fn default_lengths(ctx: usize) -> Vec<usize> {
 /// What a resumed run must share with the run it continues.
 fn run_identity(model: &Model, file: &Path, a: &Args) -> serde_json::Value {
     let file = file.file_name().map(|f| f.to_string_lossy().into_owned());
-    let mut id = json!({
+    json!({
         "model": file,
         "kv": a.cache.kv.name(),
         "sink": a.cache.window.sink,
         "local": a.cache.window.local,
         "activations": model.activations().name(),
-    });
-    // only when not the default, so that the runs from before the flag still match
-    if a.channels != qada_core::DEFAULT_CHANNELS {
-        id["channels"] = json!(a.channels);
+        "channels": a.channels,
+    })
+}
+
+/// A run identity with the fields added since the first runs filled in as those runs had them:
+/// f32 activations, 8 channels.
+fn with_defaults(id: &serde_json::Value) -> serde_json::Value {
+    let mut id = id.clone();
+    if let Some(o) = id.as_object_mut() {
+        o.entry("activations").or_insert_with(|| json!("f32"));
+        o.entry("channels")
+            .or_insert_with(|| json!(qada_core::DEFAULT_CHANNELS));
     }
     id
 }
 
 fn check_identity(dir: &Path, id: &serde_json::Value, resume: bool) -> CliResult<()> {
     let path = dir.join("run.json");
+    let id = &with_defaults(id);
     if resume && path.exists() {
-        let mut old: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
-        // Runs from before the flag was recorded used f32 activations.
-        if let Some(o) = old.as_object_mut() {
-            o.entry("activations").or_insert_with(|| json!("f32"));
-        }
+        let old: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+        let old = with_defaults(&old);
         if &old != id {
             return fail(format!(
                 "--resume: {} was made with {old}, this run is {id}; use the same model, --kv, \
