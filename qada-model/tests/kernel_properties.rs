@@ -1,8 +1,9 @@
 //! Properties of the quantized row products.
 //!
-//! (a) The AVX2 kernels and the portable ones agree on random blocks with scales over the
-//! whole finite f16 range (subnormal to 65504, either sign) and activations spread over 50
-//! binary orders of magnitude: `|avx2 - portable| <= 1e-5 M`, where
+//! (a) Every SIMD kernel set the CPU has (AVX2, and AVX-512 VNNI where detected: on such a
+//! host the AVX2 kernels are checked too) agrees with the portable kernels on random blocks
+//! with scales over the whole finite f16 range (subnormal to 65504, either sign) and
+//! activations spread over 50 binary orders of magnitude: `|simd - portable| <= 1e-5 M`, where
 //! `M = sum_i amax(x_block(i)) |t_i|` and `|t_i|` is the sum of the absolute terms value `i`
 //! is made of (`|d q_i| + |m|` for Q4_1, `|d sc q_i| + |dmin m|` for Q4_K / Q5_K, `|d sc q_i|`
 //! for Q6_K, `|d q_i|` otherwise, `q_i` the signed quant) and bounds every term either kernel
@@ -19,6 +20,7 @@ use half::f16;
 use proptest::prelude::*;
 use qada_model::qlinear::{dot_row, ActPrecision, Kernels, Q8Acts, QLinear};
 use qada_model::quant::GgmlType;
+use qada_stats::simd::{Avx2, Avx512Vnni};
 
 /// Finite f16 values over the whole range.
 fn scale() -> impl Strategy<Value = f16> {
@@ -202,18 +204,24 @@ fn magnitude(ty: GgmlType, blocks: &[Vec<u8>], x: &[f32], per: usize) -> f64 {
         .sum()
 }
 
-/// The AVX2 and portable results of one row, and the tolerance `1e-5 M`.
-fn both(ty: GgmlType, form: Form, blocks: &[Vec<u8>], x: &[f32]) -> (f32, f32, f64) {
-    let row = blocks.concat();
-    let mut a = form.acts();
-    a.quantize(x);
-    let fast = dot_row(ty, &row, &a, Kernels::detect()).unwrap();
-    let portable = dot_row(ty, &row, &a, Kernels::Portable).unwrap();
-    (
-        fast,
-        portable,
-        1e-5 * magnitude(ty, blocks, x, form.block(ty)),
-    )
+/// Every SIMD kernel set this CPU has (AVX2, and AVX-512 VNNI where detected), whatever
+/// `Kernels::detect` picks: on an AVX-512 VNNI host the AVX2 kernels stay checked.
+fn simd_kernels() -> Vec<Kernels> {
+    let mut ks = Vec::new();
+    if let Some(t) = Avx2::detect() {
+        ks.push(Kernels::Avx2(t));
+    }
+    if let Some(t) = Avx512Vnni::detect() {
+        ks.push(Kernels::Avx512Vnni(t));
+    }
+    ks
+}
+
+/// The portable kernels and every SIMD kernel set this CPU has.
+fn all_kernels() -> Vec<Kernels> {
+    let mut ks = vec![Kernels::Portable];
+    ks.extend(simd_kernels());
+    ks
 }
 
 /// Whether this CPU has kernels other than the portable ones to compare with them. Where it
@@ -221,7 +229,7 @@ fn both(ty: GgmlType, form: Form, blocks: &[Vec<u8>], x: &[f32]) -> (f32, f32, f
 /// with itself and pass whatever it computes: it says "skipped" once and checks nothing.
 fn simd_kernels_here(test: &str) -> bool {
     static SAID: std::sync::Once = std::sync::Once::new();
-    let here = Kernels::detect() != Kernels::Portable;
+    let here = !simd_kernels().is_empty();
     if !here {
         // written to the process's stderr, not through the harness's capture, so that the
         // skip shows in the test output of a passing run
@@ -229,7 +237,7 @@ fn simd_kernels_here(test: &str) -> bool {
             use std::io::Write;
             let _ = writeln!(
                 std::io::stderr(),
-                "skipped: {test} and the other AVX2-against-portable agreement tests (no AVX2, \
+                "skipped: {test} and the other SIMD-against-portable agreement tests (no AVX2, \
                  FMA and F16C here, or QADA_PORTABLE set)"
             );
         });
@@ -237,14 +245,21 @@ fn simd_kernels_here(test: &str) -> bool {
     here
 }
 
-/// The SIMD and portable products of one row agree within `1e-5 M`.
+/// Each SIMD kernel set's product of one row agrees with the portable one within `1e-5 M`.
 fn check_agreement(ty: GgmlType, form: Form, blocks: &[Vec<u8>], x: &[f32]) {
-    let (fast, portable, tol) = both(ty, form, blocks, x);
-    let diff = (fast as f64 - portable as f64).abs();
-    assert!(
-        diff <= tol,
-        "{ty} {form:?}: AVX2 {fast} vs portable {portable}, |diff| {diff} > {tol}"
-    );
+    let row = blocks.concat();
+    let mut a = form.acts();
+    a.quantize(x);
+    let portable = dot_row(ty, &row, &a, Kernels::Portable).unwrap();
+    let tol = 1e-5 * magnitude(ty, blocks, x, form.block(ty));
+    for k in simd_kernels() {
+        let fast = dot_row(ty, &row, &a, k).unwrap();
+        let diff = (fast as f64 - portable as f64).abs();
+        assert!(
+            diff <= tol,
+            "{ty} {form:?}: {k:?} {fast} vs portable {portable}, |diff| {diff} > {tol}"
+        );
+    }
 }
 
 proptest! {
@@ -324,24 +339,24 @@ proptest! {
     #[test]
     fn int8_activations_move_a_row_by_at_most_their_rounding(
         (ty, (blocks, x)) in int8_types().prop_flat_map(|ty| (Just(ty), row_and_x(ty))),
-        detected in any::<bool>(),
         per32 in any::<bool>(),
     ) {
-        let kernels = if detected { Kernels::detect() } else { Kernels::Portable };
         let form = if per32 { Form::Int8Per32 } else { Form::Int8 };
         let row = blocks.concat();
         let (mut f, mut i) = (Q8Acts::new(ActPrecision::F32), form.acts());
         f.quantize(&x);
         i.quantize(&x);
         let exact = dot_row(ty, &row, &f, Kernels::Portable).unwrap() as f64;
-        let int8 = dot_row(ty, &row, &i, kernels).unwrap() as f64;
         let m = magnitude(ty, &blocks, &x, form.block(ty));
         let bound = m / 254.0 + 2e-5 * m;
-        prop_assert!(
-            (int8 - exact).abs() <= bound,
-            "{} {:?} {:?}: int8 {} vs f32 {}, |diff| {} > {}", ty, form, kernels, int8, exact,
-            (int8 - exact).abs(), bound
-        );
+        for kernels in all_kernels() {
+            let int8 = dot_row(ty, &row, &i, kernels).unwrap() as f64;
+            prop_assert!(
+                (int8 - exact).abs() <= bound,
+                "{} {:?} {:?}: int8 {} vs f32 {}, |diff| {} > {}", ty, form, kernels, int8,
+                exact, (int8 - exact).abs(), bound
+            );
+        }
     }
 
 
@@ -414,9 +429,10 @@ fn k_types() -> impl Strategy<Value = GgmlType> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// (a) for the Q8_K kernels at the extremes: AVX2 and portable share their integer sums,
-    /// so they differ by the f32 roundings of the last products only, `<= 1e-5 M` (`M` over
-    /// the 256-blocks of the activations).
+    /// (a) for the Q8_K kernels at the extremes: every SIMD kernel set (AVX2, AVX-512 VNNI
+    /// where detected) and portable share their integer sums, so they differ by the f32
+    /// roundings of the last products only, `<= 1e-5 M` (`M` over the 256-blocks of the
+    /// activations).
     #[test]
     fn q8k_kernels_agree_at_extreme_scales(
         (ty, (blocks, x)) in k_types().prop_flat_map(|ty| (Just(ty), k_row_and_x(ty)))
@@ -433,16 +449,13 @@ proptest! {
     #[test]
     fn q8k_products_stay_within_half_a_step_per_value_of_the_dequantized_product(
         (ty, (blocks, x)) in k_types().prop_flat_map(|ty| (Just(ty), k_row_and_x(ty))),
-        detected in any::<bool>(),
     ) {
-        let kernels = if detected { Kernels::detect() } else { Kernels::Portable };
         let row = blocks.concat();
         let mut w = vec![0.0f32; x.len()];
         prop_assert!(qada_model::quant::dequantize(ty, &row, &mut w));
         let exact: f64 = w.iter().zip(&x).map(|(&w, &x)| w as f64 * x as f64).sum();
         let mut a = Form::Int8.acts();
         a.quantize(&x);
-        let int8 = dot_row(ty, &row, &a, kernels).unwrap() as f64;
         let step: Vec<f64> = x
             .chunks(256)
             .map(|xs| xs.iter().fold(0.0f64, |m, &v| m.max(v.abs() as f64)) / 127.0)
@@ -453,11 +466,14 @@ proptest! {
             .map(|(i, &w)| (w as f64).abs() * step[i / 256] / 2.0)
             .sum();
         let bound = rounding + 2e-5 * magnitude(ty, &blocks, &x, 256);
-        prop_assert!(
-            (int8 - exact).abs() <= bound,
-            "{} {:?}: int8 {} vs dequantized {}, |diff| {} > {}", ty, kernels, int8, exact,
-            (int8 - exact).abs(), bound
-        );
+        for kernels in all_kernels() {
+            let int8 = dot_row(ty, &row, &a, kernels).unwrap() as f64;
+            prop_assert!(
+                (int8 - exact).abs() <= bound,
+                "{} {:?}: int8 {} vs dequantized {}, |diff| {} > {}", ty, kernels, int8, exact,
+                (int8 - exact).abs(), bound
+            );
+        }
     }
 }
 

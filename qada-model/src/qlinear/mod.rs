@@ -9,9 +9,11 @@
 //! Q4_1), AVX2 or portable with the same integer sums. K-quant rows (Q4_K, Q5_K, Q6_K) meet
 //! the activations' Q8_K form instead (one scale per 256 values, llama.cpp's scheme): per
 //! block `d_w d_x (sum_s sc_s sum(q_w q_x) - sum_s m_s sum(q_x))` with the sub-block scales
-//! and mins as integers, one float product per 256 values. Every other combination is dequantized block by block into a small buffer and multiplied
-//! in f32. F32 weights use f32 products. The AVX2 kernels run only with
-//! a token from CPU detection ([`Kernels::detect`]).
+//! and mins as integers, one float product per 256 values. With AVX-512 VNNI the int8
+//! products of the 32-value types (eight rows at a time) and of the K-quants against Q8_K
+//! take `vpdpbusd` kernels, the same bits as AVX2's. Every other combination is dequantized
+//! block by block into a small buffer and multiplied in f32. F32 weights use f32 products.
+//! The SIMD kernels run only with a token from CPU detection ([`Kernels::detect`]).
 //!
 //! The integer sums are exact; what differs from the f32 reference is the 8-bit rounding of
 //! the activations (error up to 1/254 of the largest value of their block: 32 values, 256
@@ -20,11 +22,12 @@
 //! Files, one idea each: `acts.rs` ([`Q8Acts`], the activations prepared once per product),
 //! `dispatch.rs` ([`Kernels`], [`dot_row`]: length checks and the choice of kernel),
 //! `avx2.rs` (f32 activations), `avx2_rows.rs` (int8 activations, the 32-value types eight
-//! rows at a time) and `avx512_rows.rs` (the same with AVX-512 VNNI), `avx2_int8.rs` (int8 activations, the K-quants) and `portable.rs` (the
-//! kernels), `tiles_int8.rs` and `tiles_int8_x86.rs` (prefill's products with int8
-//! activations: weights in integer form, eight rows by four tokens per kernel call), this
-//! file ([`QLinear`]: products of a whole layer, and prefill's f32 tiles). Blocks are read
-//! through the typed views of [`crate::quant`].
+//! rows at a time) and `avx512_rows.rs` (the same with AVX-512 VNNI), `avx2_int8.rs` (int8
+//! activations, the K-quants), `avx512_int8.rs` (the K-quants against Q8_K with AVX-512 VNNI)
+//! and `portable.rs` (the kernels), `tiles_int8.rs` and `tiles_int8_x86.rs` (prefill's
+//! products with int8 activations: weights in integer form, eight rows by four tokens per
+//! kernel call), this file ([`QLinear`]: products of a whole layer, and prefill's f32 tiles).
+//! Blocks are read through the typed views of [`crate::quant`].
 //!
 //! A 1 x 32 Q4_1 layer (one block, `q d + m` with d = 0.5, m = -1) multiplied in its blocks:
 //!
@@ -69,6 +72,8 @@ mod avx2;
 mod avx2_int8;
 #[cfg(target_arch = "x86_64")]
 mod avx2_rows;
+#[cfg(target_arch = "x86_64")]
+mod avx512_int8;
 #[cfg(target_arch = "x86_64")]
 mod avx512_rows;
 mod dispatch;
