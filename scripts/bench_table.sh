@@ -10,7 +10,9 @@
 #   env: PP (prefill tokens, default 512), REPS (qada decode runs, default 3), OUT (folder of the
 #        raw JSON, default target/bench_table), ACT (qada activations, default int8 as `qada bench`),
 #        DEEP_FROM and DEEP_FA: from this depth on, llama.cpp's f16 runs use only these flash
-#        attention settings (default: all depths 0,1; an hour saved on Qwen at 8k and 16k)
+#        attention settings (default: all depths 0,1; an hour saved on Qwen at 8k and 16k),
+#        QADA_ARGS (more `qada bench` flags, e.g. "--criterion channels --tau 0.8"; default: its
+#        own default criterion)
 #
 # llama-bench (built by scripts/llama_bench.sh: the native build, and on AMX hosts one without
 # AMX) runs -t 2 -n 32 -r 1, flash attention off and on for f16, on for q8_0; its best over
@@ -77,7 +79,7 @@ while i < len(s):
 print(json.dumps(out))' "$out/$tag-llama-$kv.parts" >"$out/$tag-llama-$kv.json"
   echo "qada bench, $kv cache ..." >&2
   "$qada" bench --model "$model" --depth "$depths" --new-tokens 32 --reps "$reps" --pp "$pp" \
-    --kv "$kv" --activations "$act" --json >"$out/$tag-qada-$kv.json"
+    --kv "$kv" --activations "$act" ${QADA_ARGS:-} --json >"$out/$tag-qada-$kv.json"
 done
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
   "family $(grep -m1 'cpu family' /proc/cpuinfo | cut -d: -f2 | xargs)" \

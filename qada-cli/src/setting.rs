@@ -181,6 +181,14 @@ impl Setting {
     pub fn describe(&self) -> String {
         match (self.criterion.as_str(), self.tau) {
             ("dense", _) | (_, None) => self.criterion.clone(),
+            ("channels", Some(t)) => format!(
+                "channels at tau {t}, group {}, pages of {} keys scored from {} channels",
+                self.group, self.page, self.channels
+            ),
+            ("pages" | "certified", Some(t)) => format!(
+                "{} at tau {t}, group {}, pages of {} keys",
+                self.criterion, self.group, self.page
+            ),
             (c, Some(t)) => format!("{c} at tau {t}, group {}", self.group),
         }
     }
@@ -245,7 +253,17 @@ mod tests {
         for (name, text) in SHIPPED {
             let s = Setting::parse(text, name).unwrap();
             assert!(
-                ["dense", "approx", "bound", "mixture", "hybrid"].contains(&s.criterion.as_str()),
+                [
+                    "dense",
+                    "approx",
+                    "bound",
+                    "mixture",
+                    "hybrid",
+                    "pages",
+                    "certified",
+                    "channels"
+                ]
+                .contains(&s.criterion.as_str()),
                 "{name}: {}",
                 s.criterion
             );
