@@ -221,7 +221,7 @@ pub struct CriterionArgs {
     #[arg(long, default_value_t = qada_core::DEFAULT_QUEST_TOKENS)]
     pub quest_tokens: usize,
     /// channels: key channels every bulk key is scored with (those of largest
-    /// |q_j| max |k_j| over the group's long heads).
+    /// |q_j| (max k_j - min k_j) over the group's long heads).
     #[arg(long, default_value_t = qada_core::DEFAULT_CHANNELS)]
     pub channels: usize,
     /// mixture: clusters of the bulk keys (k-means at the end of prefill).

@@ -64,8 +64,10 @@ proptest! {
             prop_assert_eq!(b.abs_maxima()[p], amax);
         }
         for j in 0..d {
-            let m = rows.iter().fold(0.0f32, |a, k| a.max(k[j].abs()));
-            prop_assert_eq!(b.channel_abs_maxima()[j], m, "channel {}", j);
+            let lo = rows.iter().fold(f32::INFINITY, |a, k| a.min(k[j]));
+            let hi = rows.iter().fold(f32::NEG_INFINITY, |a, k| a.max(k[j]));
+            let spread = if rows.is_empty() { 0.0 } else { 0.5 * hi - 0.5 * lo };
+            prop_assert_eq!(b.channel_spreads()[j], spread, "channel {}", j);
         }
         // the copy by channel, kept from the start, equals the keys coded afresh with each
         // page's final scale, max |k_j| / 127

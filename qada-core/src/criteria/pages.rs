@@ -23,8 +23,9 @@
 //!   ceiling of top-p selection at pages of `P`, what a perfect page estimate would choose,
 //!   and counts (as the oracle's decision does) only the bytes of the pages it chooses.
 //! - **`Channels(r)`**: each key's score from the `r` channels of largest
-//!   `(sum_h |q_hj|) max |k_j|` (one set per group; Double Sparsity's label channels, chosen
-//!   per query), each page's other channels as its diagonal Gaussian:
+//!   `(sum_h |q_hj|) (max k_j - min k_j) / 2` (one set per group; Double Sparsity's label
+//!   channels, chosen per query; the range, not `max |k_j|`, so that a channel whose large
+//!   value every key shares is not chosen: it ranks no page above another), each page's other channels as its diagonal Gaussian:
 //!   `ln A_p_hat = lse_{i in p}(scale q_R . k_iR) + scale q_R' . mu_p + scale^2 q_R'^2 . v_p / 2`;
 //!   top-p by it against the total `A_local + sum_p A_p_hat`. It reads `r` columns of the
 //!   cache's copy of the bulk keys by channel, 8-bit codes with a scale per page and channel
@@ -276,7 +277,7 @@ fn group_queries(
     s.queries2.clear();
     s.queries_sparse.clear();
     if let PageRule::Channels(r) = rule {
-        group_channels(inputs, long, pages.channel_abs_maxima(), r, &mut s.channel);
+        group_channels(inputs, long, pages.channel_spreads(), r, &mut s.channel);
     }
     for (j, input) in inputs.iter().enumerate() {
         if long & (1 << j) == 0 {
@@ -589,16 +590,18 @@ fn channel_masses(
 }
 
 /// The `r` channels (at most `d`) a group's long heads score the bulk keys with: those of
-/// largest `(sum_h |q_hj|) max_i |k_ij|`, how far channel `j` can move the group's scores.
-/// One set for the group, so that a layout by channel would read each channel once.
+/// largest `(sum_h |q_hj|) (max_i k_ij - min_i k_ij) / 2`, how far channel `j` can move one
+/// key's score away from another's for the group's queries (`spread`:
+/// [`PageBounds::channel_spreads`]). One set for the group, so that the copy by channel is
+/// read once per channel.
 fn group_channels(
     inputs: &[HeadInput<'_>],
     long: u64,
-    channel_max: &[f32],
+    spread: &[f32],
     r: usize,
     out: &mut Vec<u32>,
 ) {
-    let d = channel_max.len();
+    let d = spread.len();
     let weight = |c: u32| -> f32 {
         let c = c as usize;
         let q: f32 = inputs
@@ -608,7 +611,7 @@ fn group_channels(
             .map(|(_, i)| i.query[c].abs())
             .sum();
         // NaN first: a NaN channel is always scored exactly
-        let w = q * channel_max[c];
+        let w = q * spread[c];
         if w.is_nan() {
             f32::INFINITY
         } else {
@@ -817,6 +820,45 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A channel whose large value every key shares ranks no page above another: the rule
+    /// picks the channel that varies, though its `|k|` is ten times smaller, and weighs only
+    /// the long heads' queries.
+    #[test]
+    fn channels_are_chosen_by_their_spread_not_their_size() {
+        let d = 4;
+        // channel 0: 10 to 10.01 in every key; channel 2: -1 to 1; channels 1 and 3: 0
+        let keys: Vec<f32> = (0..64)
+            .flat_map(|i| {
+                let t = i as f32 / 63.0;
+                [10.0 + 0.01 * t, 0.0, 2.0 * t - 1.0, 0.0]
+            })
+            .collect();
+        let mut pages = PageBounds::new(d, 32).unwrap();
+        pages.push_rows_of(qada_stats::Rows::F32(&keys)).unwrap();
+        let moments = qada_stats::KeyMoments::new(d);
+        let input = |query: &'static [f32]| HeadInput {
+            layer: 0,
+            head: 0,
+            query,
+            scale: 1.0,
+            local_scores: &[],
+            bulk_len: 64,
+            bulk_moments: &moments,
+            bulk_keys: qada_stats::Rows::F32(&keys),
+            bulk_pages: Some(&pages),
+            bulk_clusters: None,
+        };
+        let inputs = [input(&[1.0, 0.0, 1.0, 0.0]), input(&[0.0, 0.0, 0.0, 500.0])];
+        let mut out = Vec::new();
+        group_channels(&inputs, 0b01, pages.channel_spreads(), 1, &mut out);
+        assert_eq!(out, [2]);
+        // the second head, long, moves channel 3 by nothing: every key's is 0
+        group_channels(&inputs, 0b11, pages.channel_spreads(), 1, &mut out);
+        assert_eq!(out, [2]);
+        group_channels(&inputs, 0b11, pages.channel_spreads(), 4, &mut out);
+        assert_eq!(out.len(), 4);
     }
 
     #[test]

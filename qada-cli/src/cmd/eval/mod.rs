@@ -83,8 +83,8 @@ pub struct Args {
     /// Thresholds tau of the oracle and QAdA, comma-separated.
     #[arg(long)]
     taus: Option<String>,
-    /// channels: key channels every bulk key is scored with (those of largest |q_j| max |k_j|
-    /// over the group's long heads).
+    /// channels: key channels every bulk key is scored with (those of largest
+    /// |q_j| (max k_j - min k_j) over the group's long heads).
     #[arg(long, default_value_t = qada_core::DEFAULT_CHANNELS)]
     channels: usize,
     /// Group decisions, comma-separated, among head (each query head alone, the paper), all
