@@ -253,17 +253,7 @@ mod tests {
         for (name, text) in SHIPPED {
             let s = Setting::parse(text, name).unwrap();
             assert!(
-                [
-                    "dense",
-                    "approx",
-                    "bound",
-                    "mixture",
-                    "hybrid",
-                    "pages",
-                    "certified",
-                    "channels"
-                ]
-                .contains(&s.criterion.as_str()),
+                qada_core::CRITERION_NAMES.contains(&s.criterion.as_str()),
                 "{name}: {}",
                 s.criterion
             );

@@ -20,7 +20,6 @@ use half::f16;
 use proptest::prelude::*;
 use qada_model::qlinear::{dot_row, ActPrecision, Kernels, Q8Acts, QLinear};
 use qada_model::quant::GgmlType;
-use qada_stats::simd::{Avx2, Avx512Vnni};
 
 /// Finite f16 values over the whole range.
 fn scale() -> impl Strategy<Value = f16> {
@@ -204,23 +203,10 @@ fn magnitude(ty: GgmlType, blocks: &[Vec<u8>], x: &[f32], per: usize) -> f64 {
         .sum()
 }
 
-/// Every SIMD kernel set this CPU has (AVX2, and AVX-512 VNNI where detected), whatever
-/// `Kernels::detect` picks: on an AVX-512 VNNI host the AVX2 kernels stay checked.
-fn simd_kernels() -> Vec<Kernels> {
-    let mut ks = Vec::new();
-    if let Some(t) = Avx2::detect() {
-        ks.push(Kernels::Avx2(t));
-    }
-    if let Some(t) = Avx512Vnni::detect() {
-        ks.push(Kernels::Avx512Vnni(t));
-    }
-    ks
-}
-
 /// The portable kernels and every SIMD kernel set this CPU has.
 fn all_kernels() -> Vec<Kernels> {
     let mut ks = vec![Kernels::Portable];
-    ks.extend(simd_kernels());
+    ks.extend(Kernels::every_simd());
     ks
 }
 
@@ -229,7 +215,7 @@ fn all_kernels() -> Vec<Kernels> {
 /// with itself and pass whatever it computes: it says "skipped" once and checks nothing.
 fn simd_kernels_here(test: &str) -> bool {
     static SAID: std::sync::Once = std::sync::Once::new();
-    let here = !simd_kernels().is_empty();
+    let here = !Kernels::every_simd().is_empty();
     if !here {
         // written to the process's stderr, not through the harness's capture, so that the
         // skip shows in the test output of a passing run
@@ -252,7 +238,7 @@ fn check_agreement(ty: GgmlType, form: Form, blocks: &[Vec<u8>], x: &[f32]) {
     a.quantize(x);
     let portable = dot_row(ty, &row, &a, Kernels::Portable).unwrap();
     let tol = 1e-5 * magnitude(ty, blocks, x, form.block(ty));
-    for k in simd_kernels() {
+    for k in Kernels::every_simd() {
         let fast = dot_row(ty, &row, &a, k).unwrap();
         let diff = (fast as f64 - portable as f64).abs();
         assert!(

@@ -43,6 +43,20 @@ impl Kernels {
         Avx2::detect().map_or(Kernels::Portable, Kernels::Avx2)
     }
 
+    /// Every SIMD kernel set this CPU has (AVX2, and AVX-512 VNNI where detected), whatever
+    /// [`Kernels::detect`] picks: what tests and benchmarks compare against the portable
+    /// kernels, so that the AVX2 ones stay checked on AVX-512 hosts.
+    pub fn every_simd() -> Vec<Kernels> {
+        let mut ks = Vec::new();
+        if let Some(t) = Avx2::detect() {
+            ks.push(Kernels::Avx2(t));
+        }
+        if let Some(t) = Avx512Vnni::detect() {
+            ks.push(Kernels::Avx512Vnni(t));
+        }
+        ks
+    }
+
     /// The kernels for what has no AVX-512 kernel: AVX2 in place of AVX-512 VNNI.
     #[inline]
     fn without_avx512(self) -> Kernels {
@@ -308,19 +322,6 @@ mod tests {
     use crate::qlinear::interleave::interleave;
     use proptest::prelude::*;
 
-    /// Every eight-row kernel this CPU has (AVX2, and AVX-512 VNNI where detected), whatever
-    /// `Kernels::detect` picks: the AVX2 kernels are checked on AVX-512 hosts too.
-    fn group_kernels() -> Vec<Kernels> {
-        let mut ks = Vec::new();
-        if let Some(t) = Avx2::detect() {
-            ks.push(Kernels::Avx2(t));
-        }
-        if let Some(t) = Avx512Vnni::detect() {
-            ks.push(Kernels::Avx512Vnni(t));
-        }
-        ks
-    }
-
     proptest! {
         /// Each kernel gives each row of an interleaved group the bits `dot_row` gives the
         /// row-major row alone.
@@ -352,7 +353,7 @@ mod tests {
             a.quantize(&x);
             let mut group = data.clone();
             prop_assert_eq!(interleave(ty, &mut group, row_bytes, 8), 8);
-            for k in group_kernels() {
+            for k in Kernels::every_simd() {
                 let got = dot_group8_checked(ty, &group, row_bytes, &a, k);
                 prop_assert!(got.is_some(), "{:?} {}", k, ty);
                 for (i, v) in got.unwrap().iter().enumerate() {
