@@ -42,8 +42,6 @@ pub struct PageBounds {
     /// Per channel, the smallest and largest `k_j` over every key held (`dim` each).
     channel_min: Vec<f32>,
     channel_max: Vec<f32>,
-    /// Per channel, `(max k_j - min k_j) / 2` over every key held (`dim`).
-    channel_spread: Vec<f32>,
     /// When kept: the keys by channel in 8 bits, a scale per page and channel.
     channel_keys: Option<ChannelKeys>,
     /// The open (last) page's per-channel sums of `k` and `k^2`, in f64.
@@ -74,7 +72,6 @@ impl PageBounds {
             abs_max: Vec::new(),
             channel_min: vec![f32::INFINITY; dim],
             channel_max: vec![f32::NEG_INFINITY; dim],
-            channel_spread: vec![0.0; dim],
             channel_keys: None,
             sum: vec![0.0; dim],
             sum_sq: vec![0.0; dim],
@@ -180,13 +177,19 @@ impl PageBounds {
     pub fn abs_maxima(&self) -> &[f32] {
         &self.abs_max
     }
-    /// Per channel `j`, half the range of `k_j` over every key held, `(max_i k_ij - min_i
-    /// k_ij) / 2` (`dim` values; 0 when empty, NaN where a key was NaN): how far channel `j`
+    /// Channel `j`'s half range over every key held, `(max_i k_ij - min_i k_ij) / 2` (`j <
+    /// dim`; 0 when empty, NaN where a key was NaN): how far channel `j`
     /// can move one key's score away from another's, `|q_j| (max k_j - min k_j)`. A channel
     /// with a large value common to every key (an offset, a key bias RoPE turns slowly) moves
     /// every score alike, so it ranks no page above another and has a small spread.
-    pub fn channel_spreads(&self) -> &[f32] {
-        &self.channel_spread
+    /// `None` for `j >= dim`.
+    pub fn channel_spread(&self, j: usize) -> Option<f32> {
+        let (lo, hi) = (self.channel_min.get(j)?, self.channel_max.get(j)?);
+        Some(if self.rows == 0 {
+            0.0
+        } else {
+            0.5 * hi - 0.5 * lo
+        })
     }
     /// Bytes a query reads: the minimum and maximum of every page.
     pub fn bytes(&self) -> usize {
@@ -210,7 +213,6 @@ impl PageBounds {
         self.channel_max
             .iter_mut()
             .for_each(|x| *x = f32::NEG_INFINITY);
-        self.channel_spread.iter_mut().for_each(|x| *x = 0.0);
         if let Some(c) = &mut self.channel_keys {
             c.clear();
         }
@@ -284,7 +286,6 @@ impl PageBounds {
             let (lo, hi) = (&mut self.channel_min[j], &mut self.channel_max[j]);
             *lo = if kf < *lo || kf.is_nan() { kf } else { *lo };
             *hi = if kf > *hi || kf.is_nan() { kf } else { *hi };
-            self.channel_spread[j] = 0.5 * *hi - 0.5 * *lo;
         }
         if let Some(last) = self.abs_max.last_mut() {
             *last = abs_max;

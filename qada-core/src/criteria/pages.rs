@@ -277,7 +277,7 @@ fn group_queries(
     s.queries2.clear();
     s.queries_sparse.clear();
     if let PageRule::Channels(r) = rule {
-        group_channels(inputs, long, pages.channel_spreads(), r, &mut s.channel);
+        group_channels(inputs, long, pages, r, &mut s.channel);
     }
     for (j, input) in inputs.iter().enumerate() {
         if long & (1 << j) == 0 {
@@ -591,17 +591,17 @@ fn channel_masses(
 
 /// The `r` channels (at most `d`) a group's long heads score the bulk keys with: those of
 /// largest `(sum_h |q_hj|) (max_i k_ij - min_i k_ij) / 2`, how far channel `j` can move one
-/// key's score away from another's for the group's queries (`spread`:
-/// [`PageBounds::channel_spreads`]). One set for the group, so that the copy by channel is
+/// key's score away from another's for the group's queries
+/// ([`PageBounds::channel_spread`]). One set for the group, so that the copy by channel is
 /// read once per channel.
 fn group_channels(
     inputs: &[HeadInput<'_>],
     long: u64,
-    spread: &[f32],
+    pages: &PageBounds,
     r: usize,
     out: &mut Vec<u32>,
 ) {
-    let d = spread.len();
+    let d = pages.dim();
     let weight = |c: u32| -> f32 {
         let c = c as usize;
         let q: f32 = inputs
@@ -610,8 +610,8 @@ fn group_channels(
             .filter(|(j, _)| long & (1 << j) != 0)
             .map(|(_, i)| i.query[c].abs())
             .sum();
-        // NaN first: a NaN channel is always scored exactly
-        let w = q * spread[c];
+        // NaN first: a NaN channel is always scored exactly (c < d: the spread is Some)
+        let w = q * pages.channel_spread(c).unwrap_or(f32::NAN);
         if w.is_nan() {
             f32::INFINITY
         } else {
@@ -852,12 +852,12 @@ mod tests {
         };
         let inputs = [input(&[1.0, 0.0, 1.0, 0.0]), input(&[0.0, 0.0, 0.0, 500.0])];
         let mut out = Vec::new();
-        group_channels(&inputs, 0b01, pages.channel_spreads(), 1, &mut out);
+        group_channels(&inputs, 0b01, &pages, 1, &mut out);
         assert_eq!(out, [2]);
         // the second head, long, moves channel 3 by nothing: every key's is 0
-        group_channels(&inputs, 0b11, pages.channel_spreads(), 1, &mut out);
+        group_channels(&inputs, 0b11, &pages, 1, &mut out);
         assert_eq!(out, [2]);
-        group_channels(&inputs, 0b11, pages.channel_spreads(), 4, &mut out);
+        group_channels(&inputs, 0b11, &pages, 4, &mut out);
         assert_eq!(out.len(), 4);
     }
 
