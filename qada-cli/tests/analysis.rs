@@ -513,6 +513,62 @@ fn three_shards_merge_into_the_records_of_one_run(full: &Path) {
 }
 
 #[test]
+fn eval_prompts_only_writes_each_prompt_and_runs_nothing() {
+    let dir = tmp("eval-prompts-only");
+    let o = qada(&[
+        "eval",
+        "--task",
+        "passkey,niah-multivalue,fidelity",
+        "--lengths",
+        "300,500",
+        "--samples",
+        "2",
+        "--prompts-only",
+        "--out-dir",
+        dir.to_str().unwrap(),
+    ]);
+    ok(&o);
+    assert!(!dir.join("records.jsonl").exists(), "--prompts-only ran a method");
+    let text = std::fs::read_to_string(dir.join("prompts.jsonl")).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // fidelity has no prompt of its own: 2 tasks x 2 lengths x 2 samples
+    assert_eq!(lines.len(), 8, "{text}");
+    for p in &lines {
+        let ids = p["ids"].as_array().unwrap();
+        let len = p["length"].as_u64().unwrap() as usize;
+        assert!(ids.len() <= len && ids.len() + 64 >= len, "{} ids for {len}", ids.len());
+        let hay = p["haystack"].as_array().unwrap();
+        let (h0, h1) = (hay[0].as_u64().unwrap(), hay[1].as_u64().unwrap());
+        assert!(h0 < h1 && h1 as usize <= ids.len());
+        let needles = p["needles"].as_array().unwrap();
+        assert!(!needles.is_empty());
+        for n in needles {
+            let (a, b) = (n[0].as_u64().unwrap(), n[1].as_u64().unwrap());
+            assert!(h0 <= a && a < b && b <= h1, "needle {a}..{b} outside {h0}..{h1}");
+        }
+        assert!(!p["expected"].as_array().unwrap().is_empty());
+    }
+    // the same prompts on a second run: fixed seeds
+    let again = tmp("eval-prompts-only-again");
+    ok(&qada(&[
+        "eval",
+        "--task",
+        "passkey,niah-multivalue",
+        "--lengths",
+        "300,500",
+        "--samples",
+        "2",
+        "--prompts-only",
+        "--out-dir",
+        again.to_str().unwrap(),
+    ]));
+    assert_eq!(text, std::fs::read_to_string(again.join("prompts.jsonl")).unwrap());
+}
+
+#[test]
 fn eval_runs_several_samples_per_length_each_from_its_own_prefill() {
     // a second prefill starts the cache over: sample 0's methods must not restore a
     // checkpoint the second prefill replaced

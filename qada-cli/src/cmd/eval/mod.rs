@@ -133,6 +133,11 @@ pub struct Args {
     /// a sharded sweep).
     #[arg(long, conflicts_with_all = ["replot", "merge", "shard", "resume"])]
     tables_only: bool,
+    /// Write the prompts the sweep would run to `prompts.jsonl` in --out-dir (per task, length
+    /// and sample: token ids, expected answers, needle and haystack token ranges), then stop:
+    /// the exact prompts, to probe (`cargo run --example page_ranking`) or to feed another tool.
+    #[arg(long, conflicts_with_all = ["replot", "merge", "shard", "resume", "tables_only"])]
+    prompts_only: bool,
 }
 
 const FULL_TAUS: &[f64] = &[0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99];
@@ -380,6 +385,26 @@ pub fn run(a: Args) -> CliResult<()> {
     let kv = a.cache.kv;
     std::fs::create_dir_all(&a.out_dir)
         .map_err(|e| format!("cannot create {}: {e}", a.out_dir.display()))?;
+    if a.prompts_only {
+        let sweep = Sweep {
+            model: &model,
+            corpus: &corpus,
+            cfgs: &[],
+            table: None,
+            samples,
+            fidelity_steps: 0,
+            gate: !a.no_gate,
+            passkey: PasskeyTask::new(model.tokenizer())?,
+            ruler: RulerPrompts::new(model.tokenizer())?,
+            part: Part::Evaluation,
+            kv,
+            window,
+        };
+        let path = a.out_dir.join("prompts.jsonl");
+        let n = sweep.write_prompts(&sweep::units(&tasks, &lengths), &path)?;
+        eprintln!("{n} prompts in {}", path.display());
+        return Ok(());
+    }
     check_identity(&a.out_dir, &run_identity(&model, &model_path, &a), a.resume)?;
     let started = std::time::Instant::now();
     let (table, statics) = tables(&a, &methods, &model, &corpus, window)?;

@@ -9,6 +9,7 @@
 //! the gate decides (the cache of a session holds one prompt, so `samples` prompts are held at
 //! once).
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -222,6 +223,40 @@ impl Sweep<'_> {
             after(log, &time)?;
         }
         Ok(())
+    }
+
+    /// Every answer-scored prompt of `units` as one JSON line each in `path` (task, length,
+    /// sample, depth, ids, expected, needles and haystack as token ranges); fidelity has no
+    /// prompt of its own and is left out. Returns how many were written.
+    pub fn write_prompts(&self, units: &[(EvalTask, usize)], path: &Path) -> CliResult<usize> {
+        let mut out = String::new();
+        let mut n = 0;
+        for &(task, len) in units {
+            if task == EvalTask::Fidelity {
+                continue;
+            }
+            for s in 0..self.samples {
+                let p = self.prompt(task, len, s)?;
+                let range = |r: &std::ops::Range<usize>| [r.start, r.end];
+                let line = serde_json::json!({
+                    "task": p.task,
+                    "length": len,
+                    "sample": s,
+                    "samples": self.samples,
+                    "depth": p.depth,
+                    "expected": p.expected,
+                    "answer_tokens": p.answer_tokens,
+                    "needles": p.needles.iter().map(range).collect::<Vec<_>>(),
+                    "haystack": range(&p.haystack),
+                    "ids": p.ids,
+                });
+                out.push_str(&line.to_string());
+                out.push('\n');
+                n += 1;
+            }
+        }
+        std::fs::write(path, out).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        Ok(n)
     }
 
     /// Prompt `sample` of an answer-scored task at `len` tokens.

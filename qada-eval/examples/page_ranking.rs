@@ -1,0 +1,567 @@
+//! How well each page estimate ranks the bulk's pages, against their exact masses, while a
+//! model answers one `qada eval` prompt densely.
+//!
+//! At every answer step, every layer and KV group, and every query head the oracle calls long
+//! at `tau` (bulk share above `1 - tau`): the oracle's budget `B` is the fewest pages (of
+//! `P = 32` keys) whose exact mass leaves out at most `1 - tau` of the head's total. Each
+//! estimate then keeps its own top `B` pages, and we measure what it leaves out:
+//!
+//! - `missed`: the exact softmax mass of the pages it leaves out, as a share of the head's
+//!   total (the oracle's is at most `1 - tau` by construction);
+//! - `needle recall`: for heads whose needle tokens hold at least 5 % of their mass, the share
+//!   of that needle mass in the pages kept (what an answer is read from).
+//!
+//! The estimates (all of the form `ln A_p_hat = lse_{i in p}(scale q_R . k_iR) + scale q_R' .
+//! mu_p + scale^2 q_R'^2 . v_p / 2`, `R` the channels scored key by key, the rest of the page as
+//! its diagonal Gaussian):
+//! - `channels-r`: `R` the `r` channels of largest `(sum_h |q_hj|) (max k_j - min k_j) / 2`
+//!   over the group's long heads (the `channels` rule, in f32);
+//! - `pca-r`: the same in the basis of the bulk keys' principal axes (eigenvectors of their
+//!   covariance at the end of prefill, fixed after), queries and keys rotated into it;
+//! - `gaussian`: no channel scored (`R` empty), every page its diagonal Gaussian;
+//! - `quest`: Quest's bound `ln n_p + scale (q . c_p + |q| . r_p)` from the page's center and
+//!   radius.
+//!
+//! ```sh
+//! qada eval --model qwen2.5-0.5b --task niah-multivalue --lengths 16384 --samples 2 \
+//!     --prompts-only --out-dir /tmp/prompts
+//! cargo run --release -p qada-eval --example page_ranking -- \
+//!     models/qwen2.5-0.5b/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf /tmp/prompts/prompts.jsonl 1
+//! ```
+//!
+//! Arguments: the GGUF file, the prompts file, the line (from 0), and optionally `tau`
+//! (default 0.9). Dense decoding with f32 activations, f16 cache, the paper's window.
+
+use std::collections::HashMap;
+use std::error::Error;
+
+use faer::{Mat, Side};
+use qada_core::{Decision, KvSegments};
+use qada_kv::{KvDtype, WindowConfig};
+use qada_model::{
+    ActPrecision, LoadOptions, Model, Sampler, SamplingParams, Session, SessionOptions,
+    StepObserver,
+};
+
+const PAGE: usize = 32;
+
+/// `ln sum exp(x)`, in f64.
+fn lse(xs: impl Iterator<Item = f64> + Clone) -> f64 {
+    let m = xs.clone().fold(f64::NEG_INFINITY, f64::max);
+    if m == f64::NEG_INFINITY {
+        return m;
+    }
+    m + xs.map(|x| (x - m).exp()).sum::<f64>().ln()
+}
+
+/// What one estimate left out, summed over the probed heads.
+#[derive(Default, Clone)]
+struct Tally {
+    heads: usize,
+    missed_sum: f64,
+    missed_over: usize,
+    missed: Vec<f64>,
+    needle_heads: usize,
+    needle_recall_sum: f64,
+    needle_recall: Vec<f64>,
+}
+
+/// A KV group's keys as f32 rows, original and rotated, kept across steps (only new rows
+/// are converted).
+#[derive(Default)]
+struct GroupKeys {
+    keys: Vec<f32>,
+    rotated: Vec<f32>,
+    /// `d x d`, column `c` the `c`-th principal axis (largest eigenvalue first).
+    basis: Vec<f32>,
+}
+
+struct Probe {
+    tau: f64,
+    sink: usize,
+    needle: Vec<bool>,
+    names: Vec<String>,
+    tallies: Vec<Tally>,
+    groups: HashMap<(usize, usize), GroupKeys>,
+}
+
+/// Principal axes of the rows of `keys` (`t x d`): the covariance's eigenvectors, largest
+/// eigenvalue first, as the columns of a `d x d` row-major matrix.
+fn principal_axes(keys: &[f32], d: usize) -> Vec<f32> {
+    let t = keys.len() / d;
+    let mut mean = vec![0.0f64; d];
+    for row in keys.chunks(d) {
+        for (m, &x) in mean.iter_mut().zip(row) {
+            *m += x as f64;
+        }
+    }
+    mean.iter_mut().for_each(|m| *m /= t as f64);
+    let mut cov = vec![0.0f64; d * d];
+    for row in keys.chunks(d) {
+        for a in 0..d {
+            let xa = row[a] as f64 - mean[a];
+            for b in 0..=a {
+                cov[a * d + b] += xa * (row[b] as f64 - mean[b]);
+            }
+        }
+    }
+    let m = Mat::<f64>::from_fn(d, d, |i, j| {
+        let (a, b) = if i >= j { (i, j) } else { (j, i) };
+        cov[a * d + b] / t as f64
+    });
+    let evd = m.selfadjoint_eigendecomposition(Side::Lower);
+    let s = evd.s().column_vector();
+    let u = evd.u();
+    let mut order: Vec<usize> = (0..d).collect();
+    order.sort_by(|&i, &j| s.read(j).total_cmp(&s.read(i)));
+    let mut basis = vec![0.0f32; d * d];
+    for (c, &i) in order.iter().enumerate() {
+        for r in 0..d {
+            basis[r * d + c] = u.read(r, i) as f32;
+        }
+    }
+    basis
+}
+
+/// `out = x U` for a row `x` and the `d x d` basis `U`.
+fn rotate(x: &[f32], basis: &[f32], out: &mut [f32]) {
+    let d = x.len();
+    out.fill(0.0);
+    for (r, &xr) in x.iter().enumerate() {
+        for (o, &u) in out.iter_mut().zip(&basis[r * d..(r + 1) * d]) {
+            *o += xr * u;
+        }
+    }
+}
+
+/// Per page: mean and variance of every channel, center and radius (from min and max).
+struct PageStats {
+    mean: Vec<f64>,
+    var: Vec<f64>,
+    center: Vec<f64>,
+    radius: Vec<f64>,
+    /// Over the whole bulk, `(max - min) / 2` per channel.
+    spread: Vec<f64>,
+}
+
+fn page_stats(keys: &[f32], d: usize) -> PageStats {
+    let t = keys.len() / d;
+    let n_pages = t.div_ceil(PAGE);
+    let mut st = PageStats {
+        mean: vec![0.0; n_pages * d],
+        var: vec![0.0; n_pages * d],
+        center: vec![0.0; n_pages * d],
+        radius: vec![0.0; n_pages * d],
+        spread: vec![0.0; d],
+    };
+    let mut lo_all = vec![f64::INFINITY; d];
+    let mut hi_all = vec![f64::NEG_INFINITY; d];
+    for p in 0..n_pages {
+        let rows = &keys[p * PAGE * d..((p + 1) * PAGE).min(t) * d];
+        let n = (rows.len() / d) as f64;
+        for j in 0..d {
+            let (mut s, mut s2) = (0.0, 0.0);
+            let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+            for row in rows.chunks(d) {
+                let x = row[j] as f64;
+                s += x;
+                s2 += x * x;
+                lo = lo.min(x);
+                hi = hi.max(x);
+            }
+            let m = s / n;
+            st.mean[p * d + j] = m;
+            st.var[p * d + j] = (s2 / n - m * m).max(0.0);
+            st.center[p * d + j] = (hi + lo) / 2.0;
+            st.radius[p * d + j] = (hi - lo) / 2.0;
+            lo_all[j] = lo_all[j].min(lo);
+            hi_all[j] = hi_all[j].max(hi);
+        }
+    }
+    for j in 0..d {
+        st.spread[j] = (hi_all[j] - lo_all[j]) / 2.0;
+    }
+    st
+}
+
+/// `ln A_p_hat` per page: channels `chosen` scored key by key, the rest as the page's
+/// diagonal Gaussian.
+fn estimate(q: &[f32], keys: &[f32], st: &PageStats, chosen: &[usize], scale: f64) -> Vec<f64> {
+    let d = q.len();
+    let t = keys.len() / d;
+    let n_pages = t.div_ceil(PAGE);
+    let mut rest = q.iter().map(|&x| x as f64).collect::<Vec<_>>();
+    for &c in chosen {
+        rest[c] = 0.0;
+    }
+    (0..n_pages)
+        .map(|p| {
+            let rows = &keys[p * PAGE * d..((p + 1) * PAGE).min(t) * d];
+            let n = (rows.len() / d) as f64;
+            let g: f64 = (0..d)
+                .map(|j| {
+                    scale * rest[j] * st.mean[p * d + j]
+                        + 0.5 * scale * scale * rest[j] * rest[j] * st.var[p * d + j]
+                })
+                .sum();
+            let part = if chosen.is_empty() {
+                n.ln()
+            } else {
+                lse(rows.chunks(d).map(|row| {
+                    scale
+                        * chosen
+                            .iter()
+                            .map(|&c| q[c] as f64 * row[c] as f64)
+                            .sum::<f64>()
+                }))
+            };
+            part + g
+        })
+        .collect()
+}
+
+/// As [`estimate`] in the principal basis `U`, the rest of the page from its diagonal
+/// Gaussian in the original channels: `q_perp = q - sum_{c in R} q~_c U_c`, the part of the
+/// query the chosen axes leave (what a cache that keeps only the rotated copy of the chosen
+/// axes, and the pages' means and variances per channel, can compute).
+fn pca_estimate(
+    q: &[f32],
+    q_rot: &[f32],
+    rotated: &[f32],
+    st: &PageStats,
+    chosen: &[usize],
+    basis: &[f32],
+    scale: f64,
+) -> Vec<f64> {
+    let d = q.len();
+    let t = rotated.len() / d;
+    let n_pages = t.div_ceil(PAGE);
+    let mut perp: Vec<f64> = q.iter().map(|&x| x as f64).collect();
+    for &c in chosen {
+        for (r, p) in perp.iter_mut().enumerate() {
+            *p -= q_rot[c] as f64 * basis[r * d + c] as f64;
+        }
+    }
+    (0..n_pages)
+        .map(|p| {
+            let rows = &rotated[p * PAGE * d..((p + 1) * PAGE).min(t) * d];
+            let g: f64 = (0..d)
+                .map(|j| {
+                    scale * perp[j] * st.mean[p * d + j]
+                        + 0.5 * scale * scale * perp[j] * perp[j] * st.var[p * d + j]
+                })
+                .sum();
+            let part = lse(rows.chunks(d).map(|row| {
+                scale
+                    * chosen
+                        .iter()
+                        .map(|&c| q_rot[c] as f64 * row[c] as f64)
+                        .sum::<f64>()
+            }));
+            part + g
+        })
+        .collect()
+}
+
+/// The `r` channels of largest `(sum_h |q_hj|) spread_j` over the long heads' queries.
+fn choose(queries: &[Vec<f32>], spread: &[f64], r: usize) -> Vec<usize> {
+    let d = spread.len();
+    let w: Vec<f64> = (0..d)
+        .map(|j| queries.iter().map(|q| q[j].abs() as f64).sum::<f64>() * spread[j])
+        .collect();
+    let mut idx: Vec<usize> = (0..d).collect();
+    idx.sort_by(|&a, &b| w[b].total_cmp(&w[a]));
+    idx.truncate(r.min(d));
+    idx
+}
+
+impl Probe {
+    fn tally(&mut self, name: &str, missed: f64, needle_recall: Option<f64>) {
+        let i = match self.names.iter().position(|n| n == name) {
+            Some(i) => i,
+            None => {
+                self.names.push(name.to_string());
+                self.tallies.push(Tally::default());
+                self.names.len() - 1
+            }
+        };
+        let t = &mut self.tallies[i];
+        t.heads += 1;
+        t.missed_sum += missed;
+        t.missed.push(missed);
+        if missed > 1.0 - self.tau + 1e-9 {
+            t.missed_over += 1;
+        }
+        if let Some(r) = needle_recall {
+            t.needle_heads += 1;
+            t.needle_recall_sum += r;
+            t.needle_recall.push(r);
+        }
+    }
+}
+
+impl StepObserver for Probe {
+    fn observe_layer(
+        &mut self,
+        layer: usize,
+        queries: &[f32],
+        kv: &[KvSegments<'_>],
+        scale: f32,
+        _decisions: &[Decision],
+    ) -> qada_model::Result<()> {
+        let Some(first) = kv.first() else {
+            return Ok(());
+        };
+        let d = first.dim;
+        let group = queries.len() / d / kv.len();
+        let scale = scale as f64;
+        for (g, k) in kv.iter().enumerate() {
+            let t = k.bulk_len();
+            if t < 8 * PAGE {
+                continue;
+            }
+            let gk = self.groups.entry((layer, g)).or_default();
+            let had = gk.keys.len() / d;
+            gk.keys.resize(t * d, 0.0);
+            for i in had..t {
+                k.bulk_keys.row_f32(i, &mut gk.keys[i * d..(i + 1) * d]);
+            }
+            if gk.basis.is_empty() {
+                gk.basis = principal_axes(&gk.keys, d);
+            }
+            let had_r = gk.rotated.len() / d;
+            gk.rotated.resize(t * d, 0.0);
+            for i in had_r..t {
+                let (src, dst) = (
+                    &gk.keys[i * d..(i + 1) * d],
+                    &mut gk.rotated[i * d..(i + 1) * d],
+                );
+                rotate(src, &gk.basis, dst);
+            }
+            let keys = gk.keys.clone();
+            let rotated = gk.rotated.clone();
+            let basis = gk.basis.clone();
+            let st = page_stats(&keys, d);
+            let st_rot = page_stats(&rotated, d);
+            let n_pages = t.div_ceil(PAGE);
+            // every head's exact masses, and which heads are long
+            let mut long = Vec::new();
+            for j in 0..group {
+                let h = g * group + j;
+                let q = &queries[h * d..(h + 1) * d];
+                let dot = |row: &[f32]| {
+                    scale
+                        * q.iter()
+                            .zip(row)
+                            .map(|(&a, &b)| a as f64 * b as f64)
+                            .sum::<f64>()
+                };
+                let mut local = Vec::new();
+                let mut row = vec![0.0f32; d];
+                for i in 0..k.sink_keys.n_rows(d) {
+                    k.sink_keys.row_f32(i, &mut row);
+                    local.push(dot(&row));
+                }
+                for i in 0..k.window_keys.n_rows(d) {
+                    k.window_keys.row_f32(i, &mut row);
+                    local.push(dot(&row));
+                }
+                let s: Vec<f64> = keys.chunks(d).map(dot).collect();
+                let pages: Vec<f64> = s.chunks(PAGE).map(|c| lse(c.iter().copied())).collect();
+                let log_local = lse(local.iter().copied());
+                let log_bulk = lse(pages.iter().copied());
+                let total = lse([log_local, log_bulk].into_iter());
+                if (log_bulk - total).exp() <= 1.0 - self.tau {
+                    continue;
+                }
+                // needle mass per page (bulk row i is position sink + i)
+                let needle: Vec<f64> = s
+                    .chunks(PAGE)
+                    .enumerate()
+                    .map(|(p, c)| {
+                        lse(c.iter().enumerate().filter_map(|(o, &x)| {
+                            let pos = self.sink + p * PAGE + o;
+                            self.needle.get(pos).copied().unwrap_or(false).then_some(x)
+                        }))
+                    })
+                    .collect();
+                long.push((q.to_vec(), pages, needle, total));
+            }
+            if long.is_empty() {
+                continue;
+            }
+            let qs: Vec<Vec<f32>> = long.iter().map(|l| l.0.clone()).collect();
+            let qs_rot: Vec<Vec<f32>> = qs
+                .iter()
+                .map(|q| {
+                    let mut o = vec![0.0; d];
+                    rotate(q, &basis, &mut o);
+                    o
+                })
+                .collect();
+            for (i, (q, exact, needle, total)) in long.iter().enumerate() {
+                // the oracle's budget
+                let mut order: Vec<usize> = (0..n_pages).collect();
+                order.sort_by(|&a, &b| exact[b].total_cmp(&exact[a]));
+                let budget_mass = (1.0 - self.tau) * total.exp();
+                let mut left = exact.iter().map(|x| x.exp()).sum::<f64>();
+                let mut b = 0;
+                while b < n_pages && left > budget_mass {
+                    left -= exact[order[b]].exp();
+                    b += 1;
+                }
+                let b = b.max(1);
+                let needle_total = lse(needle.iter().copied());
+                let attends_needles = (needle_total - total).exp() >= 0.05;
+                let judge = |name: &str, est: &[f64], budget: usize, this: &mut Probe| {
+                    let mut ord: Vec<usize> = (0..n_pages).collect();
+                    ord.sort_by(|&a, &c| est[c].total_cmp(&est[a]));
+                    let kept = &ord[..budget.min(n_pages)];
+                    let mut keep = vec![false; n_pages];
+                    kept.iter().for_each(|&p| keep[p] = true);
+                    let missed = lse((0..n_pages).filter(|p| !keep[*p]).map(|p| exact[p]));
+                    let recall = attends_needles.then(|| {
+                        (lse((0..n_pages).filter(|p| keep[*p]).map(|p| needle[p])) - needle_total)
+                            .exp()
+                    });
+                    this.tally(name, (missed - total).exp(), recall);
+                };
+                let quest: Vec<f64> = (0..n_pages)
+                    .map(|p| {
+                        let n = (keys.len() / d - p * PAGE).min(PAGE) as f64;
+                        n.ln()
+                            + scale
+                                * (0..d)
+                                    .map(|j| {
+                                        q[j] as f64 * st.center[p * d + j]
+                                            + (q[j] as f64).abs() * st.radius[p * d + j]
+                                    })
+                                    .sum::<f64>()
+                    })
+                    .collect();
+                let mut ests: Vec<(String, Vec<f64>)> = vec![
+                    ("oracle".into(), exact.clone()),
+                    ("quest".into(), quest),
+                    ("gaussian".into(), estimate(q, &keys, &st, &[], scale)),
+                ];
+                for r in [8, 16] {
+                    let ch = choose(&qs, &st.spread, r);
+                    ests.push((format!("channels-{r}"), estimate(q, &keys, &st, &ch, scale)));
+                    let ch = choose(&qs_rot, &st_rot.spread, r);
+                    let est = estimate(&qs_rot[i], &rotated, &st_rot, &ch, scale);
+                    ests.push((format!("pca-{r}"), est));
+                    let est = pca_estimate(q, &qs_rot[i], &rotated, &st, &ch, &basis, scale);
+                    ests.push((format!("pca-{r}/rest by channel"), est));
+                }
+                for (name, est) in &ests {
+                    judge(name, est, b, self);
+                    judge(&format!("{name} @2B"), est, 2 * b, self);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn quantile(xs: &mut [f64], q: f64) -> f64 {
+    if xs.is_empty() {
+        return f64::NAN;
+    }
+    xs.sort_by(|a, b| a.total_cmp(b));
+    xs[((xs.len() - 1) as f64 * q).round() as usize]
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() < 4 {
+        return Err("usage: page_ranking MODEL.gguf PROMPTS.jsonl LINE [TAU]".into());
+    }
+    let tau: f64 = args.get(4).map_or(Ok(0.9), |s| s.parse())?;
+    let line = std::fs::read_to_string(&args[2])?
+        .lines()
+        .nth(args[3].parse()?)
+        .ok_or("no such line in the prompts file")?
+        .to_string();
+    let p: serde_json::Value = serde_json::from_str(&line)?;
+    let ids: Vec<u32> = p["ids"]
+        .as_array()
+        .ok_or("no ids")?
+        .iter()
+        .map(|v| v.as_u64().unwrap_or(0) as u32)
+        .collect();
+    let mut needle = vec![false; ids.len() + 1024];
+    for r in p["needles"].as_array().ok_or("no needles")? {
+        let (a, b) = (r[0].as_u64().unwrap_or(0), r[1].as_u64().unwrap_or(0));
+        for x in &mut needle[a as usize..b as usize] {
+            *x = true;
+        }
+    }
+    let steps = p["answer_tokens"].as_u64().unwrap_or(32) as usize;
+    let model = Model::load(
+        std::path::Path::new(&args[1]),
+        &LoadOptions {
+            activations: ActPrecision::F32,
+            ..LoadOptions::default()
+        },
+    )?;
+    let window = WindowConfig::PAPER;
+    let mut session = Session::new(
+        &model,
+        SessionOptions {
+            kv_dtype: KvDtype::F16,
+            ..SessionOptions::new(Box::new(qada_core::Dense), window)
+        },
+    )?;
+    let (head, last) = ids.split_at(ids.len() - 1);
+    let t0 = std::time::Instant::now();
+    session.prefill(head, &mut |_, _| {})?;
+    eprintln!(
+        "{} {} sample {}: {} tokens prefilled in {:.0} s; {steps} answer steps probed at tau {tau}",
+        p["task"],
+        p["length"],
+        p["sample"],
+        ids.len(),
+        t0.elapsed().as_secs_f64()
+    );
+    let mut probe = Probe {
+        tau,
+        sink: window.sink(),
+        needle,
+        names: Vec::new(),
+        tallies: Vec::new(),
+        groups: HashMap::new(),
+    };
+    let tok = model.tokenizer();
+    let mut sampler = Sampler::new(SamplingParams::default())?;
+    let mut next = last[0];
+    let mut answer = Vec::new();
+    for _ in 0..steps {
+        let logits = session.step_observed(next, Some(&mut probe))?;
+        next = sampler.sample(logits)?;
+        if Some(next) == tok.eos() {
+            break;
+        }
+        answer.push(next);
+    }
+    println!("answer: {:?}", tok.decode(&answer));
+    println!("expected: {}", p["expected"]);
+    println!(
+        "| estimate | heads | missed: mean | p90 | p99 | share > 1 - tau | needle heads | needle recall: mean | p10 | min |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for (name, t) in probe.names.iter().zip(&mut probe.tallies) {
+        println!(
+            "| {name} | {} | {:.4} | {:.4} | {:.4} | {:.3} | {} | {:.3} | {:.3} | {:.3} |",
+            t.heads,
+            t.missed_sum / t.heads as f64,
+            quantile(&mut t.missed, 0.9),
+            quantile(&mut t.missed, 0.99),
+            t.missed_over as f64 / t.heads as f64,
+            t.needle_heads,
+            t.needle_recall_sum / t.needle_heads.max(1) as f64,
+            quantile(&mut t.needle_recall, 0.1),
+            quantile(&mut t.needle_recall, 0.0),
+        );
+    }
+    Ok(())
+}
