@@ -528,7 +528,10 @@ fn eval_prompts_only_writes_each_prompt_and_runs_nothing() {
         dir.to_str().unwrap(),
     ]);
     ok(&o);
-    assert!(!dir.join("records.jsonl").exists(), "--prompts-only ran a method");
+    assert!(
+        !dir.join("records.jsonl").exists(),
+        "--prompts-only ran a method"
+    );
     let text = std::fs::read_to_string(dir.join("prompts.jsonl")).unwrap();
     let lines: Vec<serde_json::Value> = text
         .lines()
@@ -539,7 +542,11 @@ fn eval_prompts_only_writes_each_prompt_and_runs_nothing() {
     for p in &lines {
         let ids = p["ids"].as_array().unwrap();
         let len = p["length"].as_u64().unwrap() as usize;
-        assert!(ids.len() <= len && ids.len() + 64 >= len, "{} ids for {len}", ids.len());
+        assert!(
+            ids.len() <= len && ids.len() + 64 >= len,
+            "{} ids for {len}",
+            ids.len()
+        );
         let hay = p["haystack"].as_array().unwrap();
         let (h0, h1) = (hay[0].as_u64().unwrap(), hay[1].as_u64().unwrap());
         assert!(h0 < h1 && h1 as usize <= ids.len());
@@ -547,7 +554,10 @@ fn eval_prompts_only_writes_each_prompt_and_runs_nothing() {
         assert!(!needles.is_empty());
         for n in needles {
             let (a, b) = (n[0].as_u64().unwrap(), n[1].as_u64().unwrap());
-            assert!(h0 <= a && a < b && b <= h1, "needle {a}..{b} outside {h0}..{h1}");
+            assert!(
+                h0 <= a && a < b && b <= h1,
+                "needle {a}..{b} outside {h0}..{h1}"
+            );
         }
         assert!(!p["expected"].as_array().unwrap().is_empty());
     }
@@ -565,7 +575,10 @@ fn eval_prompts_only_writes_each_prompt_and_runs_nothing() {
         "--out-dir",
         again.to_str().unwrap(),
     ]));
-    assert_eq!(text, std::fs::read_to_string(again.join("prompts.jsonl")).unwrap());
+    assert_eq!(
+        text,
+        std::fs::read_to_string(again.join("prompts.jsonl")).unwrap()
+    );
 }
 
 #[test]

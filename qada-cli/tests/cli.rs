@@ -120,6 +120,32 @@ fn calibrate_tau_writes_a_setting_that_generate_takes() {
         "{setting}"
     );
     assert_eq!(setting["tried"], 2);
+    assert_eq!(setting["channels"], 8);
+    // its records were made with 8 channels: resuming with 16 is refused, not mixed
+    assert_clean_failure(
+        &qada(&[
+            "calibrate",
+            "tau",
+            "--model",
+            m,
+            "--lengths",
+            "1024",
+            "--samples",
+            "1",
+            "--taus",
+            "0.9",
+            "--methods",
+            "hybrid",
+            "--channels",
+            "16",
+            "--resume",
+            "--work-dir",
+            dir_s,
+            "--out",
+            out_s,
+        ]),
+        "--channels 8",
+    );
     let gen = |extra: &[&str]| generate_json(m, extra);
     let o = gen(&["--setting", out_s]);
     assert!(o.status.success(), "{}", stderr(&o));

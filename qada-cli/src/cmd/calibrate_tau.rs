@@ -55,6 +55,11 @@ pub struct Args {
     /// Group modes tried, comma-separated, among head, all and mass.
     #[arg(long, default_value = "head,all")]
     groups: String,
+    /// channels: key channels every bulk key is scored with, in every configuration tried and
+    /// in the setting written (--resume refuses a count other than the one its records were
+    /// made with).
+    #[arg(long, default_value_t = DEFAULT_CHANNELS)]
+    channels: usize,
     /// Calibration tasks, comma-separated (names as `qada eval --task`).
     #[arg(long, default_value = "passkey,fidelity")]
     task: String,
@@ -311,7 +316,8 @@ pub fn run(a: Args) -> CliResult<()> {
     let kv = a.cache.kv;
     std::fs::create_dir_all(&a.work_dir)
         .map_err(|e| format!("cannot create {}: {e}", a.work_dir.display()))?;
-    let cfgs = configs(&methods, &taus, &[], None, &groups, DEFAULT_CHANNELS)?;
+    let cfgs = configs(&methods, &taus, &[], None, &groups, a.channels)?;
+    check_channels(&a.work_dir, a.channels, a.resume)?;
     let mut log = RecordLog::open(&a.work_dir.join("records.jsonl"), a.resume)?;
     log.name_run(crate::host::run_info(
         model.activations().name(),
@@ -361,6 +367,35 @@ pub fn run(a: Args) -> CliResult<()> {
     Ok(())
 }
 
+/// Record the channel count of the sweep in `dir/sweep.json`; on `--resume`, refuse another
+/// count than the recorded one (a folder from before the file counts as the default).
+fn check_channels(dir: &Path, channels: usize, resume: bool) -> CliResult<()> {
+    let path = dir.join("sweep.json");
+    if resume && dir.join("records.jsonl").exists() {
+        let was = match std::fs::read_to_string(&path) {
+            Ok(text) => serde_json::from_str::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["channels"].as_u64())
+                .ok_or_else(|| format!("{}: no channel count in it", path.display()))?
+                as usize,
+            Err(_) => DEFAULT_CHANNELS,
+        };
+        if was != channels {
+            return fail(format!(
+                "--resume: the records in {} were made with --channels {was}, not {channels}; \
+                 resume with --channels {was} or use another --work-dir",
+                dir.display()
+            ));
+        }
+    }
+    std::fs::write(
+        &path,
+        serde_json::json!({ "channels": channels }).to_string() + "\n",
+    )
+    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(())
+}
+
 /// The setting file of `choice`: the criterion, tau and group chosen (dense when none kept
 /// the budget), the model it was made for, and the evidence and command that made it.
 fn setting_of(
@@ -388,7 +423,7 @@ fn setting_of(
         tau,
         group,
         page: DEFAULT_PAGE,
-        channels: DEFAULT_CHANNELS,
+        channels: a.channels,
         clusters: DEFAULT_CLUSTERS,
         margin: DEFAULT_MARGIN,
         sink: a.cache.window.sink,
