@@ -382,24 +382,10 @@ pub fn run(a: Args) -> CliResult<()> {
     }
     let corpus = Corpus::load(a.corpus.as_deref())?;
     let window = a.cache.window.window()?;
-    let kv = a.cache.kv;
     std::fs::create_dir_all(&a.out_dir)
         .map_err(|e| format!("cannot create {}: {e}", a.out_dir.display()))?;
     if a.prompts_only {
-        let sweep = Sweep {
-            model: &model,
-            corpus: &corpus,
-            cfgs: &[],
-            table: None,
-            samples,
-            fidelity_steps: 0,
-            gate: !a.no_gate,
-            passkey: PasskeyTask::new(model.tokenizer())?,
-            ruler: RulerPrompts::new(model.tokenizer())?,
-            part: Part::Evaluation,
-            kv,
-            window,
-        };
+        let sweep = eval_sweep(&a, &model, &corpus, samples, window)?;
         let path = a.out_dir.join("prompts.jsonl");
         let n = sweep.write_prompts(&sweep::units(&tasks, &lengths), &path)?;
         eprintln!("{n} prompts in {}", path.display());
@@ -441,18 +427,9 @@ pub fn run(a: Args) -> CliResult<()> {
     log.name_run(run.clone());
     let mut times = times::TimeLog::open(&a.out_dir, a.resume, run)?;
     let sweep = Sweep {
-        model: &model,
-        corpus: &corpus,
         cfgs: &cfgs,
         table: table.as_ref(),
-        samples,
-        fidelity_steps: if a.quick { 16 } else { 32 },
-        gate: !a.no_gate,
-        passkey: PasskeyTask::new(model.tokenizer())?,
-        ruler: RulerPrompts::new(model.tokenizer())?,
-        part: Part::Evaluation,
-        kv,
-        window,
+        ..eval_sweep(&a, &model, &corpus, samples, window)?
     };
     let pb = sweep.progress("eval", &units, &log);
     sweep.run(&units, &mut log, &pb, |log, time| {
@@ -475,6 +452,31 @@ pub fn run(a: Args) -> CliResult<()> {
         a.out_dir.display()
     );
     Ok(())
+}
+
+/// The sweep `qada eval` runs on the evaluation half, with no configuration yet (`cfgs` and
+/// `table` are the caller's to fill).
+fn eval_sweep<'a>(
+    a: &Args,
+    model: &'a Model,
+    corpus: &'a Corpus,
+    samples: usize,
+    window: WindowConfig,
+) -> CliResult<Sweep<'a>> {
+    Ok(Sweep {
+        model,
+        corpus,
+        cfgs: &[],
+        table: None,
+        samples,
+        fidelity_steps: if a.quick { 16 } else { 32 },
+        gate: !a.no_gate,
+        passkey: PasskeyTask::new(model.tokenizer())?,
+        ruler: RulerPrompts::new(model.tokenizer())?,
+        part: Part::Evaluation,
+        kv: a.cache.kv,
+        window,
+    })
 }
 
 impl Args {
