@@ -23,7 +23,7 @@ use super::eval::configs::{configs, parse_groups, parse_list, parse_methods};
 use super::eval::records::RecordLog;
 use super::eval::rows::{rows, Row, ACCURACY};
 use super::eval::sweep::{units, EvalTask, Sweep};
-use super::eval::ANSWER_ROOM;
+use super::eval::{check_identity, run_identity, ANSWER_ROOM};
 use crate::common::{fail, load_model, CacheArgs, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part, SPLIT_YEAR};
 use crate::setting::{Evidence, MethodBest, ModelId, Setting, FORMAT};
@@ -57,7 +57,7 @@ pub struct Args {
     groups: String,
     /// channels: key channels every bulk key is scored with, in every configuration tried and
     /// in the setting written (--resume refuses a count other than the one its records were
-    /// made with).
+    /// made with, as it refuses another model, cache or window: run.json).
     #[arg(long, default_value_t = DEFAULT_CHANNELS)]
     channels: usize,
     /// Calibration tasks, comma-separated (names as `qada eval --task`).
@@ -317,7 +317,8 @@ pub fn run(a: Args) -> CliResult<()> {
     std::fs::create_dir_all(&a.work_dir)
         .map_err(|e| format!("cannot create {}: {e}", a.work_dir.display()))?;
     let cfgs = configs(&methods, &taus, &[], None, &groups, a.channels)?;
-    check_channels(&a.work_dir, a.channels, a.resume)?;
+    let id = run_identity(&model, &model_path, &a.cache, a.channels);
+    check_identity(&a.work_dir, &id, a.resume, "--work-dir")?;
     let mut log = RecordLog::open(&a.work_dir.join("records.jsonl"), a.resume)?;
     log.name_run(crate::host::run_info(
         model.activations().name(),
@@ -364,35 +365,6 @@ pub fn run(a: Args) -> CliResult<()> {
         a.out.display(),
         a.out.display()
     );
-    Ok(())
-}
-
-/// Record the channel count of the sweep in `dir/sweep.json`; on `--resume`, refuse another
-/// count than the recorded one (a folder from before the file counts as the default).
-fn check_channels(dir: &Path, channels: usize, resume: bool) -> CliResult<()> {
-    let path = dir.join("sweep.json");
-    if resume && dir.join("records.jsonl").exists() {
-        let was = match std::fs::read_to_string(&path) {
-            Ok(text) => serde_json::from_str::<serde_json::Value>(&text)
-                .ok()
-                .and_then(|v| v["channels"].as_u64())
-                .ok_or_else(|| format!("{}: no channel count in it", path.display()))?
-                as usize,
-            Err(_) => DEFAULT_CHANNELS,
-        };
-        if was != channels {
-            return fail(format!(
-                "--resume: the records in {} were made with --channels {was}, not {channels}; \
-                 resume with --channels {was} or use another --work-dir",
-                dir.display()
-            ));
-        }
-    }
-    std::fs::write(
-        &path,
-        serde_json::json!({ "channels": channels }).to_string() + "\n",
-    )
-    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     Ok(())
 }
 

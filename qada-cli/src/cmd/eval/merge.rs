@@ -24,7 +24,7 @@ pub fn merge_runs(from: &Path, into: &Path) -> CliResult<usize> {
             .map_err(|e| format!("--merge: {}: {e}", id_path.display()))?,
     )?;
     std::fs::create_dir_all(into).map_err(|e| format!("cannot create {}: {e}", into.display()))?;
-    check_identity(into, &id, true)?;
+    check_identity(into, &id, true, "--out-dir")?;
     for name in TABLES {
         let (src, dst) = (from.join(name), into.join(name));
         if !src.exists() {

@@ -165,16 +165,21 @@ fn default_lengths(ctx: usize) -> Vec<usize> {
     v
 }
 
-/// What a resumed run must share with the run it continues.
-fn run_identity(model: &Model, file: &Path, a: &Args) -> serde_json::Value {
+/// What a resumed run (of `eval` or `calibrate tau`) must share with the run it continues.
+pub(crate) fn run_identity(
+    model: &Model,
+    file: &Path,
+    cache: &CacheArgs,
+    channels: usize,
+) -> serde_json::Value {
     let file = file.file_name().map(|f| f.to_string_lossy().into_owned());
     json!({
         "model": file,
-        "kv": a.cache.kv.name(),
-        "sink": a.cache.window.sink,
-        "local": a.cache.window.local,
+        "kv": cache.kv.name(),
+        "sink": cache.window.sink,
+        "local": cache.window.local,
         "activations": model.activations().name(),
-        "channels": a.channels,
+        "channels": channels,
     })
 }
 
@@ -190,17 +195,34 @@ fn with_defaults(id: &serde_json::Value) -> serde_json::Value {
     id
 }
 
-fn check_identity(dir: &Path, id: &serde_json::Value, resume: bool) -> CliResult<()> {
+/// Write `id` to `dir/run.json`; on `resume`, first refuse a folder whose run.json differs
+/// (naming the flags that differ; `dir_flag` is the command's folder flag).
+pub(crate) fn check_identity(
+    dir: &Path,
+    id: &serde_json::Value,
+    resume: bool,
+    dir_flag: &str,
+) -> CliResult<()> {
     let path = dir.join("run.json");
     let id = &with_defaults(id);
     if resume && path.exists() {
         let old: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
         let old = with_defaults(&old);
         if &old != id {
+            let plain = |v: &serde_json::Value| v.as_str().map_or(v.to_string(), str::to_string);
+            let differs: Vec<String> = id
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(k, v)| old.get(k.as_str()) != Some(v))
+                .map(|(k, v)| format!("--{k} {} (now {})", plain(&old[k.as_str()]), plain(v)))
+                .collect();
             return fail(format!(
-                "--resume: {} was made with {old}, this run is {id}; use the same model, --kv, \
-                 --sink, --local, --activations and --channels, or another --out-dir",
-                path.display()
+                "--resume: {} was made with {old}, this run is {id} (differs: {}); use the same \
+                 model, --kv, --sink, --local, --activations and --channels, or another \
+                 {dir_flag}",
+                path.display(),
+                differs.join(", ")
             ));
         }
     }
@@ -391,7 +413,8 @@ pub fn run(a: Args) -> CliResult<()> {
         eprintln!("{n} prompts in {}", path.display());
         return Ok(());
     }
-    check_identity(&a.out_dir, &run_identity(&model, &model_path, &a), a.resume)?;
+    let id = run_identity(&model, &model_path, &a.cache, a.channels);
+    check_identity(&a.out_dir, &id, a.resume, "--out-dir")?;
     let started = std::time::Instant::now();
     let (table, statics) = tables(&a, &methods, &model, &corpus, window)?;
     if a.tables_only {
