@@ -15,7 +15,8 @@
 //! mu_p + scale^2 q_R'^2 . v_p / 2`, `R` the channels scored key by key, the rest of the page as
 //! its diagonal Gaussian):
 //! - `channels-r`: `R` the `r` channels of largest `(sum_h |q_hj|) (max k_j - min k_j) / 2`
-//!   over the group's long heads (the `channels` rule, in f32);
+//!   over the group's long heads (the `channels` rule, its keys in f32, its page summaries
+//!   the f16 ones of [`PageBounds`]);
 //! - `pca-r`: the same in the basis of the bulk keys' principal axes (eigenvectors of their
 //!   covariance at the end of prefill, fixed after), queries and keys rotated into it;
 //! - `gaussian`: no channel scored (`R` empty), every page its diagonal Gaussian;
@@ -42,6 +43,7 @@ use qada_model::{
     ActPrecision, LoadOptions, Model, Sampler, SamplingParams, Session, SessionOptions,
     StepObserver,
 };
+use qada_stats::{f16, PageBounds, Rows};
 
 const PAGE: usize = 32;
 
@@ -134,54 +136,30 @@ fn rotate(x: &[f32], basis: &[f32], out: &mut [f32]) {
     }
 }
 
-/// Per page: mean and variance of every channel, center and radius (from min and max).
+/// Per page (`n_pages x d`): each channel's mean and variance, center and radius, as the
+/// cache's [`PageBounds`] keep them (f16); over the bulk, each channel's spread
+/// `(max - min) / 2` ([`PageBounds::channel_spread`]).
 struct PageStats {
     mean: Vec<f64>,
     var: Vec<f64>,
     center: Vec<f64>,
     radius: Vec<f64>,
-    /// Over the whole bulk, `(max - min) / 2` per channel.
     spread: Vec<f64>,
 }
 
-fn page_stats(keys: &[f32], d: usize) -> PageStats {
-    let t = keys.len() / d;
-    let n_pages = t.div_ceil(PAGE);
-    let mut st = PageStats {
-        mean: vec![0.0; n_pages * d],
-        var: vec![0.0; n_pages * d],
-        center: vec![0.0; n_pages * d],
-        radius: vec![0.0; n_pages * d],
-        spread: vec![0.0; d],
-    };
-    let mut lo_all = vec![f64::INFINITY; d];
-    let mut hi_all = vec![f64::NEG_INFINITY; d];
-    for p in 0..n_pages {
-        let rows = &keys[p * PAGE * d..((p + 1) * PAGE).min(t) * d];
-        let n = (rows.len() / d) as f64;
-        for j in 0..d {
-            let (mut s, mut s2) = (0.0, 0.0);
-            let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-            for row in rows.chunks(d) {
-                let x = row[j] as f64;
-                s += x;
-                s2 += x * x;
-                lo = lo.min(x);
-                hi = hi.max(x);
-            }
-            let m = s / n;
-            st.mean[p * d + j] = m;
-            st.var[p * d + j] = (s2 / n - m * m).max(0.0);
-            st.center[p * d + j] = (hi + lo) / 2.0;
-            st.radius[p * d + j] = (hi - lo) / 2.0;
-            lo_all[j] = lo_all[j].min(lo);
-            hi_all[j] = hi_all[j].max(hi);
-        }
-    }
-    for j in 0..d {
-        st.spread[j] = (hi_all[j] - lo_all[j]) / 2.0;
-    }
-    st
+fn page_stats(keys: &[f32], d: usize) -> qada_stats::Result<PageStats> {
+    let mut bounds = PageBounds::new(d, PAGE)?;
+    bounds.push_rows_of(Rows::F32(keys))?;
+    let wide = |v: &[f16]| v.iter().map(|x| x.to_f64()).collect();
+    Ok(PageStats {
+        mean: wide(bounds.means()),
+        var: wide(bounds.variances()),
+        center: wide(bounds.centers()),
+        radius: wide(bounds.radii()),
+        spread: (0..d)
+            .map(|j| bounds.channel_spread(j).map_or(f64::NAN, f64::from))
+            .collect(),
+    })
 }
 
 /// `ln A_p_hat` per page: channels `chosen` scored key by key, the rest as the page's
@@ -341,8 +319,8 @@ impl StepObserver for Probe {
             let keys = gk.keys.clone();
             let rotated = gk.rotated.clone();
             let basis = gk.basis.clone();
-            let st = page_stats(&keys, d);
-            let st_rot = page_stats(&rotated, d);
+            let st = page_stats(&keys, d)?;
+            let st_rot = page_stats(&rotated, d)?;
             let n_pages = t.div_ceil(PAGE);
             // every head's exact masses, and which heads are long
             let mut long = Vec::new();
