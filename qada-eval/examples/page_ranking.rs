@@ -19,6 +19,10 @@
 //!   the f16 ones of [`PageBounds`]);
 //! - `pca-r`: the same in the basis of the bulk keys' principal axes (eigenvectors of their
 //!   covariance at the end of prefill, fixed after), queries and keys rotated into it;
+//! - `channels-r in b bits`: `channels-r` with the keys as a copy by channel in `b`-bit codes
+//!   gives them back (a scale per page and channel; the cache keeps 8 bits);
+//! - `channels-bound-E`: channels in the same order, from 8 to at most 32, until every long
+//!   head's bound on the rest, `scale sum_{j not in R} |q_hj| spread_j`, is at most `E` nats;
 //! - `gaussian`: no channel scored (`R` empty), every page its diagonal Gaussian;
 //! - `quest`: Quest's bound `ln n_p + scale (q . c_p + |q| . r_p)` from the page's center and
 //!   radius.
@@ -66,6 +70,8 @@ struct Tally {
     needle_heads: usize,
     needle_recall_sum: f64,
     needle_recall: Vec<f64>,
+    /// Channels scored key by key, summed over heads (for the mean).
+    columns: usize,
 }
 
 /// A KV group's keys as f32 rows, original and rotated, kept across steps (only new rows
@@ -241,6 +247,64 @@ fn pca_estimate(
         .collect()
 }
 
+/// Channels in the order of `(sum_h |q_hj|) spread_j` over the long heads' queries, the
+/// fewest (from `lo` to `hi`) that leave every head's bound on the rest,
+/// `scale sum_{j not in R} |q_hj| spread_j`, at most `nats`.
+fn choose_bounded(
+    queries: &[Vec<f32>],
+    spread: &[f64],
+    scale: f64,
+    nats: f64,
+    lo: usize,
+    hi: usize,
+) -> Vec<usize> {
+    let mut idx = choose(queries, spread, spread.len());
+    let rest = |r: usize| {
+        queries
+            .iter()
+            .map(|q| {
+                scale
+                    * idx[r..]
+                        .iter()
+                        .map(|&j| q[j].abs() as f64 * spread[j])
+                        .sum::<f64>()
+            })
+            .fold(0.0, f64::max)
+    };
+    let mut r = lo.min(idx.len());
+    while r < hi.min(idx.len()) && rest(r) > nats {
+        r += 1;
+    }
+    idx.truncate(r);
+    idx
+}
+
+/// The keys (`t x d`) as a copy by channel in `bits`-bit codes would give them back: per page
+/// and channel a scale `s = max |k| / m`, `m = 2^(bits - 1) - 1`, and `s round(k / s)`
+/// (what [`qada_stats::ChannelKeys`] keeps at 8 bits).
+fn quantized(keys: &[f32], d: usize, bits: u32) -> Vec<f32> {
+    let m = ((1u32 << (bits - 1)) - 1) as f32;
+    let mut out = keys.to_vec();
+    for page in out.chunks_mut(PAGE * d) {
+        for j in 0..d {
+            let top = page
+                .iter()
+                .skip(j)
+                .step_by(d)
+                .fold(0.0f32, |a, x| a.max(x.abs()));
+            let s = top / m;
+            for x in page.iter_mut().skip(j).step_by(d) {
+                *x = if s > 0.0 {
+                    (*x / s).round().clamp(-m, m) * s
+                } else {
+                    0.0
+                };
+            }
+        }
+    }
+    out
+}
+
 /// The `r` channels of largest `(sum_h |q_hj|) spread_j` over the long heads' queries.
 fn choose(queries: &[Vec<f32>], spread: &[f64], r: usize) -> Vec<usize> {
     let d = spread.len();
@@ -254,7 +318,7 @@ fn choose(queries: &[Vec<f32>], spread: &[f64], r: usize) -> Vec<usize> {
 }
 
 impl Probe {
-    fn tally(&mut self, name: &str, missed: f64, needle_recall: Option<f64>) {
+    fn tally(&mut self, name: &str, columns: usize, missed: f64, needle_recall: Option<f64>) {
         let i = match self.names.iter().position(|n| n == name) {
             Some(i) => i,
             None => {
@@ -265,6 +329,7 @@ impl Probe {
         };
         let t = &mut self.tallies[i];
         t.heads += 1;
+        t.columns += columns;
         t.missed_sum += missed;
         t.missed.push(missed);
         if missed > 1.0 - self.tau + 1e-9 {
@@ -317,6 +382,8 @@ impl StepObserver for Probe {
                 rotate(src, &gk.basis, dst);
             }
             let keys = gk.keys.clone();
+            let keys_q8 = quantized(&keys, d, 8);
+            let keys_q4 = quantized(&keys, d, 4);
             let rotated = gk.rotated.clone();
             let basis = gk.basis.clone();
             let st = page_stats(&keys, d)?;
@@ -391,19 +458,21 @@ impl StepObserver for Probe {
                 let b = b.max(1);
                 let needle_total = lse(needle.iter().copied());
                 let attends_needles = (needle_total - total).exp() >= 0.05;
-                let judge = |name: &str, est: &[f64], budget: usize, this: &mut Probe| {
-                    let mut ord: Vec<usize> = (0..n_pages).collect();
-                    ord.sort_by(|&a, &c| est[c].total_cmp(&est[a]));
-                    let kept = &ord[..budget.min(n_pages)];
-                    let mut keep = vec![false; n_pages];
-                    kept.iter().for_each(|&p| keep[p] = true);
-                    let missed = lse((0..n_pages).filter(|p| !keep[*p]).map(|p| exact[p]));
-                    let recall = attends_needles.then(|| {
-                        (lse((0..n_pages).filter(|p| keep[*p]).map(|p| needle[p])) - needle_total)
-                            .exp()
-                    });
-                    this.tally(name, (missed - total).exp(), recall);
-                };
+                let judge =
+                    |name: &str, cols: usize, est: &[f64], budget: usize, this: &mut Probe| {
+                        let mut ord: Vec<usize> = (0..n_pages).collect();
+                        ord.sort_by(|&a, &c| est[c].total_cmp(&est[a]));
+                        let kept = &ord[..budget.min(n_pages)];
+                        let mut keep = vec![false; n_pages];
+                        kept.iter().for_each(|&p| keep[p] = true);
+                        let missed = lse((0..n_pages).filter(|p| !keep[*p]).map(|p| exact[p]));
+                        let recall = attends_needles.then(|| {
+                            (lse((0..n_pages).filter(|p| keep[*p]).map(|p| needle[p]))
+                                - needle_total)
+                                .exp()
+                        });
+                        this.tally(name, cols, (missed - total).exp(), recall);
+                    };
                 let quest: Vec<f64> = (0..n_pages)
                     .map(|p| {
                         let n = (keys.len() / d - p * PAGE).min(PAGE) as f64;
@@ -417,23 +486,36 @@ impl StepObserver for Probe {
                                     .sum::<f64>()
                     })
                     .collect();
-                let mut ests: Vec<(String, Vec<f64>)> = vec![
-                    ("oracle".into(), exact.clone()),
-                    ("quest".into(), quest),
-                    ("gaussian".into(), estimate(q, &keys, &st, &[], scale)),
+                let mut ests: Vec<(String, usize, Vec<f64>)> = vec![
+                    ("oracle".into(), d, exact.clone()),
+                    ("quest".into(), 0, quest),
+                    ("gaussian".into(), 0, estimate(q, &keys, &st, &[], scale)),
                 ];
                 for r in [8, 16] {
                     let ch = choose(&qs, &st.spread, r);
-                    ests.push((format!("channels-{r}"), estimate(q, &keys, &st, &ch, scale)));
+                    let est = estimate(q, &keys, &st, &ch, scale);
+                    ests.push((format!("channels-{r}"), r, est));
                     let ch = choose(&qs_rot, &st_rot.spread, r);
                     let est = estimate(&qs_rot[i], &rotated, &st_rot, &ch, scale);
-                    ests.push((format!("pca-{r}"), est));
+                    ests.push((format!("pca-{r}"), r, est));
                     let est = pca_estimate(q, &qs_rot[i], &rotated, &st, &ch, &basis, scale);
-                    ests.push((format!("pca-{r}/rest by channel"), est));
+                    ests.push((format!("pca-{r}/rest by channel"), r, est));
                 }
-                for (name, est) in &ests {
-                    judge(name, est, b, self);
-                    judge(&format!("{name} @2B"), est, 2 * b, self);
+                for r in [16, 24, 32] {
+                    let ch = choose(&qs, &st.spread, r);
+                    for (bits, kq) in [(8, &keys_q8), (4, &keys_q4)] {
+                        let est = estimate(q, kq, &st, &ch, scale);
+                        ests.push((format!("channels-{r} in {bits} bits"), r, est));
+                    }
+                }
+                for nats in [16.0, 32.0] {
+                    let ch = choose_bounded(&qs, &st.spread, scale, nats, 8, 32);
+                    let est = estimate(q, &keys, &st, &ch, scale);
+                    ests.push((format!("channels-bound-{nats}"), ch.len(), est));
+                }
+                for (name, cols, est) in &ests {
+                    judge(name, *cols, est, b, self);
+                    judge(&format!("{name} @2B"), *cols, est, 2 * b, self);
                 }
             }
         }
@@ -524,13 +606,14 @@ fn main() -> Result<(), Box<dyn Error>> {
     println!("answer: {:?}", tok.decode(&answer));
     println!("expected: {}", p["expected"]);
     println!(
-        "| estimate | heads | missed: mean | p90 | p99 | share > 1 - tau | needle heads | needle recall: mean | p10 | min |"
+        "| estimate | heads | channels: mean | missed: mean | p90 | p99 | share > 1 - tau | needle heads | needle recall: mean | p10 | min |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for (name, t) in probe.names.iter().zip(&mut probe.tallies) {
         println!(
-            "| {name} | {} | {:.4} | {:.4} | {:.4} | {:.3} | {} | {:.3} | {:.3} | {:.3} |",
+            "| {name} | {} | {:.1} | {:.4} | {:.4} | {:.4} | {:.3} | {} | {:.3} | {:.3} | {:.3} |",
             t.heads,
+            t.columns as f64 / t.heads.max(1) as f64,
             t.missed_sum / t.heads as f64,
             quantile(&mut t.missed, 0.9),
             quantile(&mut t.missed, 0.99),
