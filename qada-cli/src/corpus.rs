@@ -35,7 +35,7 @@ pub struct Corpus {
 }
 
 /// Which side of the split.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Part {
     /// Before [`SPLIT_YEAR`].
     Calibration,

@@ -579,6 +579,63 @@ fn eval_prompts_only_writes_each_prompt_and_runs_nothing() {
         text,
         std::fs::read_to_string(again.join("prompts.jsonl")).unwrap()
     );
+    // the calibration half: as many prompts, other text
+    let cal = tmp("eval-prompts-only-calibration");
+    ok(&qada(&[
+        "eval",
+        "--task",
+        "passkey,niah-multivalue",
+        "--lengths",
+        "300,500",
+        "--samples",
+        "2",
+        "--prompts-only",
+        "--part",
+        "calibration",
+        "--out-dir",
+        cal.to_str().unwrap(),
+    ]));
+    let cal_text = std::fs::read_to_string(cal.join("prompts.jsonl")).unwrap();
+    assert_eq!(cal_text.lines().count(), 8);
+    for (e, c) in text.lines().zip(cal_text.lines()) {
+        let (e, c): (serde_json::Value, serde_json::Value) = (
+            serde_json::from_str(e).unwrap(),
+            serde_json::from_str(c).unwrap(),
+        );
+        assert_eq!((&e["task"], &e["length"]), (&c["task"], &c["length"]));
+        assert_ne!(e["ids"], c["ids"], "the two halves gave the same prompt");
+    }
+}
+
+#[test]
+fn eval_on_the_calibration_half_is_not_resumed_as_the_evaluation_half() {
+    let dir = tmp("eval-part");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--task",
+            "passkey",
+            "--lengths",
+            "300",
+            "--samples",
+            "1",
+            "--methods",
+            "dense",
+            "--quick",
+            "--out-dir",
+            dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        qada(&args)
+    };
+    ok(&run(&["--part", "calibration"]));
+    let id = std::fs::read_to_string(dir.join("run.json")).unwrap();
+    assert!(id.contains("\"part\": \"calibration\""), "{id}");
+    let o = run(&["--resume"]);
+    assert!(!o.status.success(), "resumed another half's records");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--part calibration (now (default))"), "{err}");
+    ok(&run(&["--resume", "--part", "calibration"]));
 }
 
 #[test]

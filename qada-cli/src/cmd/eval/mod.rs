@@ -138,6 +138,12 @@ pub struct Args {
     /// the exact prompts, to probe (`cargo run --example page_ranking`) or to feed another tool.
     #[arg(long, conflicts_with_all = ["replot", "merge", "shard", "resume", "tables_only"])]
     prompts_only: bool,
+    /// Which half of the corpus the prompts come from: evaluation (speeches from 1900 on) or
+    /// calibration (before 1900: the prompts `calibrate tau` decides on, to see there what a
+    /// method it cannot choose does, such as pages-oracle; tables made here then come from
+    /// the same half).
+    #[arg(long, value_enum, default_value = "evaluation")]
+    part: Part,
 }
 
 const FULL_TAUS: &[f64] = &[0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99];
@@ -209,13 +215,26 @@ pub(crate) fn check_identity(
         let old: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
         let old = with_defaults(&old);
         if &old != id {
-            let plain = |v: &serde_json::Value| v.as_str().map_or(v.to_string(), str::to_string);
-            let differs: Vec<String> = id
-                .as_object()
+            // a field a run.json lacks is the flag's default
+            let plain = |v: &serde_json::Value| match v {
+                serde_json::Value::Null => "(default)".to_string(),
+                v => v.as_str().map_or(v.to_string(), str::to_string),
+            };
+            let mut keys: Vec<&String> =
+                id.as_object().into_iter().flatten().map(|e| e.0).collect();
+            keys.extend(old.as_object().into_iter().flatten().map(|e| e.0));
+            keys.sort();
+            keys.dedup();
+            let differs: Vec<String> = keys
                 .into_iter()
-                .flatten()
-                .filter(|(k, v)| old.get(k.as_str()) != Some(v))
-                .map(|(k, v)| format!("--{k} {} (now {})", plain(&old[k.as_str()]), plain(v)))
+                .filter(|k| old.get(k.as_str()) != id.get(k.as_str()))
+                .map(|k| {
+                    format!(
+                        "--{k} {} (now {})",
+                        plain(&old[k.as_str()]),
+                        plain(&id[k.as_str()])
+                    )
+                })
                 .collect();
             return fail(format!(
                 "--resume: {} was made with {old}, this run is {id} (differs: {}); use the same \
@@ -413,7 +432,11 @@ pub fn run(a: Args) -> CliResult<()> {
         eprintln!("{n} prompts in {}", path.display());
         return Ok(());
     }
-    let id = run_identity(&model, &model_path, &a.cache, a.channels);
+    let mut id = run_identity(&model, &model_path, &a.cache, a.channels);
+    if a.part == Part::Calibration {
+        // runs on the evaluation half (all before this flag) have no such field
+        id["part"] = json!("calibration");
+    }
     check_identity(&a.out_dir, &id, a.resume, "--out-dir")?;
     let started = std::time::Instant::now();
     let (table, statics) = tables(&a, &methods, &model, &corpus, window)?;
@@ -477,7 +500,8 @@ pub fn run(a: Args) -> CliResult<()> {
     Ok(())
 }
 
-/// The sweep `qada eval` runs on the evaluation half, with no configuration yet (`cfgs` and
+/// The sweep `qada eval` runs on `--part` (the evaluation half by default), with no
+/// configuration yet (`cfgs` and
 /// `table` are the caller's to fill).
 fn eval_sweep<'a>(
     a: &Args,
@@ -496,7 +520,7 @@ fn eval_sweep<'a>(
         gate: !a.no_gate,
         passkey: PasskeyTask::new(model.tokenizer())?,
         ruler: RulerPrompts::new(model.tokenizer())?,
-        part: Part::Evaluation,
+        part: a.part,
         kv: a.cache.kv,
         window,
     })
