@@ -121,6 +121,8 @@ fn calibrate_tau_writes_a_setting_that_generate_takes() {
     );
     assert_eq!(setting["tried"], 2);
     assert_eq!(setting["channels"], 8);
+    let made_by = setting["made_by"].as_str().unwrap();
+    assert!(made_by.contains("--channels 8"), "{made_by}");
     // its records were made with 8 channels: resuming with 16 is refused, not mixed
     assert_clean_failure(
         &qada(&[

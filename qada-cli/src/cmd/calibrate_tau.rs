@@ -408,8 +408,8 @@ fn setting_of(
         per_method: choice.per_method,
         made_by: format!(
             "qada calibrate tau --budget {} --confidence {} --min-saving {} --methods {} --taus {} \
-             --groups {} --task {} --lengths {} --samples {} --kv {} (speeches before \
-             {SPLIT_YEAR})",
+             --groups {} --task {} --lengths {} --samples {} --kv {} --channels {} (speeches \
+             before {SPLIT_YEAR})",
             a.budget,
             a.confidence,
             a.min_saving,
@@ -423,7 +423,8 @@ fn setting_of(
                 .collect::<Vec<_>>()
                 .join(","),
             a.samples,
-            a.cache.kv
+            a.cache.kv,
+            a.channels
         ),
     };
     setting
