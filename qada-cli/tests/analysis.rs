@@ -514,25 +514,31 @@ fn three_shards_merge_into_the_records_of_one_run(full: &Path) {
 
 #[test]
 fn eval_prompts_only_writes_each_prompt_and_runs_nothing() {
+    // `eval --prompts-only` of passkey and niah-multivalue (and `extra`) into `dir`: its
+    // prompts.jsonl
+    let prompts = |dir: &Path, tasks: &str, extra: &[&str]| {
+        let mut args = vec![
+            "eval",
+            "--task",
+            tasks,
+            "--lengths",
+            "300,500",
+            "--samples",
+            "2",
+            "--prompts-only",
+            "--out-dir",
+            dir.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        ok(&qada(&args));
+        std::fs::read_to_string(dir.join("prompts.jsonl")).unwrap()
+    };
     let dir = tmp("eval-prompts-only");
-    let o = qada(&[
-        "eval",
-        "--task",
-        "passkey,niah-multivalue,fidelity",
-        "--lengths",
-        "300,500",
-        "--samples",
-        "2",
-        "--prompts-only",
-        "--out-dir",
-        dir.to_str().unwrap(),
-    ]);
-    ok(&o);
+    let text = prompts(&dir, "passkey,niah-multivalue,fidelity", &[]);
     assert!(
         !dir.join("records.jsonl").exists(),
         "--prompts-only ran a method"
     );
-    let text = std::fs::read_to_string(dir.join("prompts.jsonl")).unwrap();
     let lines: Vec<serde_json::Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -563,39 +569,10 @@ fn eval_prompts_only_writes_each_prompt_and_runs_nothing() {
     }
     // the same prompts on a second run: fixed seeds
     let again = tmp("eval-prompts-only-again");
-    ok(&qada(&[
-        "eval",
-        "--task",
-        "passkey,niah-multivalue",
-        "--lengths",
-        "300,500",
-        "--samples",
-        "2",
-        "--prompts-only",
-        "--out-dir",
-        again.to_str().unwrap(),
-    ]));
-    assert_eq!(
-        text,
-        std::fs::read_to_string(again.join("prompts.jsonl")).unwrap()
-    );
+    assert_eq!(text, prompts(&again, "passkey,niah-multivalue", &[]));
     // the calibration half: as many prompts, other text
     let cal = tmp("eval-prompts-only-calibration");
-    ok(&qada(&[
-        "eval",
-        "--task",
-        "passkey,niah-multivalue",
-        "--lengths",
-        "300,500",
-        "--samples",
-        "2",
-        "--prompts-only",
-        "--part",
-        "calibration",
-        "--out-dir",
-        cal.to_str().unwrap(),
-    ]));
-    let cal_text = std::fs::read_to_string(cal.join("prompts.jsonl")).unwrap();
+    let cal_text = prompts(&cal, "passkey,niah-multivalue", &["--part", "calibration"]);
     assert_eq!(cal_text.lines().count(), 8);
     for (e, c) in text.lines().zip(cal_text.lines()) {
         let (e, c): (serde_json::Value, serde_json::Value) = (
