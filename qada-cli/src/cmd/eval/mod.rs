@@ -238,8 +238,7 @@ pub(crate) fn check_identity(
                 .collect();
             return fail(format!(
                 "--resume: {} was made with {old}, this run is {id} (differs: {}); use the same \
-                 model, --kv, --sink, --local, --activations and --channels, or another \
-                 {dir_flag}",
+                 flags as that run, or another {dir_flag}",
                 path.display(),
                 differs.join(", ")
             ));
@@ -501,8 +500,7 @@ pub fn run(a: Args) -> CliResult<()> {
 }
 
 /// The sweep `qada eval` runs on `--part` (the evaluation half by default), with no
-/// configuration yet (`cfgs` and
-/// `table` are the caller's to fill).
+/// configuration yet (`cfgs` and `table` are the caller's to fill).
 fn eval_sweep<'a>(
     a: &Args,
     model: &'a Model,
