@@ -202,8 +202,10 @@ pub struct CriterionArgs {
     /// --quest-tokens of pages of largest bound) | pages-oracle (the ceiling of pages: the
     /// oracle's gate, then the pages by their exact mass, from every bulk key; it reads
     /// more than dense) | channels (QAdA's gate, then the pages by scores from --channels
-    /// channels of the keys, the rest of each page as its Gaussian). Default: for generate, the setting
-    /// shipped for the model (see --setting); for bench and analyze, approx.
+    /// channels of the keys, the rest of each page as its Gaussian) | channels-ungated (the
+    /// same behind no gate: every head's pages scored, a head whose window holds tau of the
+    /// estimated mass reads none). Default: for generate, the setting shipped for the model
+    /// (see --setting); for bench and analyze, approx.
     #[arg(long, conflicts_with = "setting")]
     pub criterion: Option<String>,
     /// A setting from `qada calibrate tau` (a JSON file), or `shipped`: the one calibrated
@@ -214,13 +216,14 @@ pub struct CriterionArgs {
     /// Threshold on the local share of the softmax mass, in (0, 1) (default 0.6).
     #[arg(long)]
     pub tau: Option<f64>,
-    /// bound, hybrid, pages, certified, quest, pages-oracle and channels: bulk keys per page.
+    /// bound, hybrid, pages, certified, quest, pages-oracle and the channels criteria: bulk
+    /// keys per page.
     #[arg(long, default_value_t = 32)]
     pub page: usize,
     /// quest: bulk tokens each head reads (whole pages of its largest bounds).
     #[arg(long, default_value_t = qada_core::DEFAULT_QUEST_TOKENS)]
     pub quest_tokens: usize,
-    /// channels: key channels every bulk key is scored with (those of largest
+    /// channels, channels-ungated: key channels every bulk key is scored with (those of largest
     /// |q_j| (max k_j - min k_j) over the group's long heads).
     #[arg(long, default_value_t = qada_core::DEFAULT_CHANNELS)]
     pub channels: usize,

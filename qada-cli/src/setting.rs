@@ -181,8 +181,8 @@ impl Setting {
     pub fn describe(&self) -> String {
         match (self.criterion.as_str(), self.tau) {
             ("dense", _) | (_, None) => self.criterion.clone(),
-            ("channels", Some(t)) => format!(
-                "channels at tau {t}, group {}, pages of {} keys scored from {} channels",
+            (c @ ("channels" | "channels-ungated"), Some(t)) => format!(
+                "{c} at tau {t}, group {}, pages of {} keys scored from {} channels",
                 self.group, self.page, self.channels
             ),
             ("pages" | "certified", Some(t)) => format!(

@@ -1,6 +1,7 @@
 //! Properties of page selection: attention over the selected pages is dense attention
 //! restricted to them; the certified rule never leaves out more than `1 - tau` of the mass;
-//! the estimate rule and Quest keep what they say; the accounting counts the pages read. (What
+//! the estimate rule and Quest keep what they say; the channel rule behind no gate reads a
+//! needle QAdA's Gaussian misses; the accounting counts the pages read. (What
 //! the probe `qada analyze` runs measures of a selection is tested in qada-eval,
 //! `tests/probe_selection.rs`.)
 
@@ -226,4 +227,105 @@ proptest! {
             }
         }
     }
+}
+
+/// One head (d = 8, sink 2, window of 6) whose query reads channel 0 only: local keys score
+/// `local_score` there, the bulk keys 0 but one, the needle at `needle`, which scores
+/// `needle_score`; and the query and local scores.
+fn needle_head(
+    bulk: usize,
+    needle: usize,
+    local_score: f32,
+    needle_score: f32,
+) -> (Head, Vec<f32>, Vec<f32>) {
+    let (d, sink, local) = (8, 2, 6);
+    let scale = 1.0 / (d as f32).sqrt();
+    let t = bulk + local;
+    let mut keys = vec![0.0f32; t * d];
+    for (i, k) in keys.chunks_mut(d).enumerate() {
+        // channels 1..8 vary, the query does not read them
+        for (j, x) in k.iter_mut().enumerate().skip(1) {
+            *x = ((i * 7 + j * 3) % 11) as f32 * 0.1 - 0.5;
+        }
+        let in_bulk = i >= sink && i < sink + bulk;
+        k[0] = if !in_bulk {
+            local_score / scale
+        } else if i - sink == needle {
+            needle_score / scale
+        } else {
+            0.0
+        };
+    }
+    let values = (0..t * d).map(|i| (i % 5) as f32).collect();
+    let h = Head::new(d, sink, local, keys, values);
+    let mut q = vec![0.0f32; d];
+    q[0] = 1.0;
+    let s = scores_f64(&q, &h.keys, scale);
+    let local_scores = (0..t)
+        .filter(|&i| h.is_local_pos(i))
+        .map(|i| s[i] as f32)
+        .collect();
+    (h, q, local_scores)
+}
+
+#[test]
+fn ungated_channels_read_the_needle_page_qadas_gaussian_calls_local() {
+    // The bulk's Gaussian (mean x/n, variance x^2/n along the query, n bulk keys) puts
+    // n exp(x/n + x^2/2n) of mass there, under a tenth of the window's 6 e^9 at x = 20,
+    // n = 64: QAdA calls the head local at tau 0.9, while the needle alone holds e^20.
+    let (tau, page, bulk) = (0.9, 8, 64);
+    for needle in [0, 13, 40, 63] {
+        let (h, q, local_scores) = needle_head(bulk, needle, 9.0, 20.0);
+        let pages = pages_of(&h, page);
+        let seg = h.segments();
+        let input = HeadInput {
+            layer: 0,
+            head: 0,
+            query: &q,
+            scale: 1.0 / (h.d as f32).sqrt(),
+            local_scores: &local_scores,
+            bulk_len: seg.bulk_len(),
+            bulk_moments: &h.moments,
+            bulk_keys: seg.bulk_keys,
+            bulk_pages: Some(&pages),
+            bulk_clusters: None,
+        };
+        let rule = PageRule::Channels(h.d);
+        let gated = Pages::new(Approx::new(tau).unwrap(), tau, page, rule).unwrap();
+        let ungated = Pages::new(Dense, tau, page, rule).unwrap();
+        assert_eq!(ungated.name(), "channels-ungated");
+        assert_eq!(gated.name(), "channels");
+        let mut sel = PageSelection::new();
+        let mut out = [Decision::LONG];
+        let read = gated.select_group(&[input], &mut out, &mut sel).unwrap();
+        assert_eq!(read, GroupRead::Local, "needle at {needle}: QAdA's gate");
+        let mut out = [Decision::LONG];
+        let read = ungated.select_group(&[input], &mut out, &mut sel).unwrap();
+        assert_eq!(read, GroupRead::Selected, "needle at {needle}");
+        let chosen: Vec<usize> = sel.pages().map(|(p, _)| p).collect();
+        assert_eq!(chosen, [needle / page], "needle at {needle}");
+        assert!(!out[0].local);
+    }
+    // without the needle the window holds the mass: no page is read, the head is local
+    let (h, q, local_scores) = needle_head(bulk, 0, 9.0, 0.0);
+    let pages = pages_of(&h, page);
+    let seg = h.segments();
+    let input = HeadInput {
+        layer: 0,
+        head: 0,
+        query: &q,
+        scale: 1.0 / (h.d as f32).sqrt(),
+        local_scores: &local_scores,
+        bulk_len: seg.bulk_len(),
+        bulk_moments: &h.moments,
+        bulk_keys: seg.bulk_keys,
+        bulk_pages: Some(&pages),
+        bulk_clusters: None,
+    };
+    let ungated = Pages::new(Dense, tau, page, PageRule::Channels(h.d)).unwrap();
+    let mut out = [Decision::LONG];
+    let mut sel = PageSelection::new();
+    let read = ungated.select_group(&[input], &mut out, &mut sel).unwrap();
+    assert_eq!(read, GroupRead::Local);
+    assert!(out[0].local);
 }

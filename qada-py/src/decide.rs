@@ -112,6 +112,7 @@ fn check_bulk(name: &str, has_keys: bool, has_moments: bool) -> PyResult<()> {
             | "quest"
             | "pages-oracle"
             | "channels"
+            | "channels-ungated"
     );
     if need_keys && !has_keys {
         return Err(bad_arg(
@@ -132,7 +133,14 @@ fn check_bulk(name: &str, has_keys: bool, has_moments: bool) -> PyResult<()> {
 }
 
 /// The names of the criteria that select pages of the bulk.
-const SELECTING: [&str; 5] = ["pages", "certified", "quest", "pages-oracle", "channels"];
+const SELECTING: [&str; 6] = [
+    "pages",
+    "certified",
+    "quest",
+    "pages-oracle",
+    "channels",
+    "channels-ungated",
+];
 
 /// Per head, the pages it reads, from a group's selection: all `n_pages` for a full read.
 fn pages_per_head(

@@ -173,7 +173,7 @@ def test_argument_errors_name_the_argument(rng):
         qada.decide(np.zeros((2, 2, 8), np.float32), local, bulk)
     with pytest.raises(ValueError, match=r"local_keys: expected a 2-d array"):
         qada.decide(q, local[0], bulk)
-    with pytest.raises(ValueError, match=r"criterion: unknown criterion \"magic\": use dense, window, oracle, approx, bound, mixture, hybrid, pages, certified, quest, pages-oracle or channels"):
+    with pytest.raises(ValueError, match=r"criterion: unknown criterion \"magic\": use dense, window, oracle, approx, bound, mixture, hybrid, pages, certified, quest, pages-oracle, channels or channels-ungated"):
         qada.decide(q, local, bulk, criterion="magic")
     with pytest.raises(ValueError, match=r"criterion: unknown criterion \"static\".*static needs a table"):
         qada.decide(q, local, bulk, criterion="static")

@@ -42,7 +42,8 @@ pub struct Args {
     #[arg(long, default_value_t = 0.02)]
     budget: f64,
     /// Criteria tried, comma-separated, among approx-current, bound, mixture, hybrid, pages,
-    /// certified and channels (the last three select pages of the bulk per KV group)
+    /// certified, channels and channels-ungated (the last four select pages of the bulk per
+    /// KV group)
     /// (each at its default page of 32 keys, 4 clusters, margin of 1 nat, 8 channels).
     #[arg(
         long,
@@ -98,6 +99,7 @@ const SETTING_METHODS: &[&str] = &[
     "pages",
     "certified",
     "channels",
+    "channels-ungated",
 ];
 
 /// The `--criterion` name of a sweep method, and its group mode (`mixture@all` is mixture,

@@ -5,8 +5,10 @@
 //! selections: `pages` (QAdA's gate, then top-p pages by their Gaussian estimate),
 //! `certified` (QAdA's gate, then pages until the bounds prove the rest below `1 - tau`) and
 //! `quest` (no gate: a fixed number of pages of largest bound), and their ceiling,
-//! `pages-oracle` (the oracle's gate, then top-p pages by their exact mass), and `channels`
-//! (QAdA's gate, then top-p pages by scores from a few channels of the keys). `static`
+//! `pages-oracle` (the oracle's gate, then top-p pages by their exact mass), `channels`
+//! (QAdA's gate, then top-p pages by scores from a few channels of the keys), and
+//! `channels-ungated` (the same pages behind no gate: every head scored, a head whose window
+//! holds `tau` of the estimated mass reads no page). `static`
 //! needs a calibrated table ([`StaticTable`](crate::StaticTable)), so it is built apart with
 //! [`Static::from_table`](crate::Static::from_table); its name is an error here that says so.
 
@@ -37,11 +39,12 @@ pub const CRITERION_NAMES: &[&str] = &[
     "quest",
     "pages-oracle",
     "channels",
+    "channels-ungated",
 ];
 
 /// What the accepted names are, for errors.
 const EXPECTED: &str = "dense, window, oracle, approx, bound, mixture, hybrid, pages, certified, \
-                        quest, pages-oracle or channels (static needs a \
+                        quest, pages-oracle, channels or channels-ungated (static needs a \
                         table from `qada calibrate static`: StaticTable::load and \
                         Static::from_table)";
 
@@ -97,6 +100,7 @@ pub fn by_name(name: &str, p: &CriterionParams) -> Result<Box<dyn LocalityCriter
         "pages" => gated(Approx::new(p.tau)?, p, PageRule::Estimate)?,
         "certified" => gated(Approx::new(p.tau)?, p, PageRule::Certified)?,
         "channels" => gated(Approx::new(p.tau)?, p, PageRule::Channels(p.channels))?,
+        "channels-ungated" => gated(Dense, p, PageRule::Channels(p.channels))?,
         "pages-oracle" => gated(Oracle::new(p.tau)?, p, PageRule::Exact)?,
         "quest" => {
             if p.quest_tokens == 0 || p.page == 0 {
@@ -148,6 +152,7 @@ mod tests {
         "quest",
         "pages-oracle",
         "channels",
+        "channels-ungated",
     ];
 
     #[test]
@@ -225,6 +230,7 @@ mod tests {
             "quest",
             "pages-oracle",
             "channels",
+            "channels-ungated",
         ] {
             assert!(matches!(
                 by_name(name, &no_page),
@@ -241,6 +247,7 @@ mod tests {
             ..CriterionParams::default()
         };
         assert!(by_name("channels", &no_channels).is_err());
+        assert!(by_name("channels-ungated", &no_channels).is_err());
         let bad_margin = CriterionParams {
             margin: -1.0,
             ..CriterionParams::default()

@@ -37,6 +37,8 @@
 //! sort would and never drops more than its budget.
 //!
 //! The group reads the union of its long heads' pages; each head computes over its own.
+//! Behind no gate (dense's decisions, every head long) a rule is its own gate: a head whose
+//! window already holds `tau` of the estimated total keeps no page and is local.
 
 use qada_stats::{f16, BulkSummaries, ChannelColumn, PageBounds};
 
@@ -143,8 +145,13 @@ impl<C: LocalityCriterion> LocalityCriterion for Pages<C> {
     fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
         self.gate.decide(input)
     }
+    /// The rule's name; `channels-ungated` for the channel rule behind no gate (dense's
+    /// decisions: every head scored, the estimate its own gate).
     fn name(&self) -> &str {
-        self.rule.name()
+        match self.rule {
+            PageRule::Channels(_) if self.gate.name() == "dense" => "channels-ungated",
+            rule => rule.name(),
+        }
     }
     fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
         self.gate.decision_flops(d, bulk_len)

@@ -77,8 +77,10 @@ def decide(
     scale defaults to 1 / sqrt(d). pages (QAdA's gate, then the pages holding all but 1 - tau
     of the estimated mass), certified (pages until their bounds prove the rest below 1 - tau)
     quest (quest_tokens of pages of largest bound), channels (pages by key scores from the
-    `channels` channels of largest |q| (max k - min k), the rest of each page as its Gaussian) and
-    pages-oracle (pages by their exact mass: the ceiling) decide the heads as one GQA group
+    `channels` channels of largest |q| (max k - min k), the rest of each page as its Gaussian),
+    channels-ungated (the same pages with no gate: a head whose window holds tau of the
+    estimated mass reads none) and pages-oracle (pages by their exact mass: the ceiling)
+    decide the heads as one GQA group
     and return the pages each reads (Decisions.pages). oracle, bound, mixture, hybrid and the
     page criteria need bulk_keys; approx
     needs bulk_keys or moments. Raises ValueError naming the argument on wrong shapes, an

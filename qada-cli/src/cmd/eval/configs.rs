@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use qada_core::DEFAULT_SELECT_PAGE;
 use qada_core::{
-    Approx, Bound, Dense, GroupMode, Grouped, Hybrid, LocalityCriterion, Mixture, Oracle, PageRule,
-    Pages, Static, StaticTable, Window,
+    by_name, Approx, Bound, CriterionParams, Dense, GroupMode, Grouped, Hybrid, LocalityCriterion,
+    Mixture, Oracle, PageRule, Pages, Static, StaticTable, Window,
 };
 use qada_core::{DEFAULT_CLUSTERS, DEFAULT_MARGIN, DEFAULT_PAGE};
 use qada_kv::MomentsMode;
@@ -32,6 +32,7 @@ pub const METHODS: &[&str] = &[
     "quest",
     "pages-oracle",
     "channels",
+    "channels-ungated",
 ];
 
 /// Bulk tokens per head the `quest` method sweeps (its paper's budgets).
@@ -126,16 +127,15 @@ pub fn configs(
                     base.push((m, Arc::new(c), Some(t), false));
                 }
             }
-            "pages-oracle" | "channels" => {
+            "pages-oracle" | "channels" | "channels-ungated" => {
                 for &t in taus {
-                    let c: Arc<dyn LocalityCriterion> = if m == "channels" {
-                        let rule = PageRule::Channels(channels);
-                        Arc::new(Pages::new(Approx::new(t)?, t, DEFAULT_SELECT_PAGE, rule)?)
-                    } else {
-                        let rule = PageRule::Exact;
-                        Arc::new(Pages::new(Oracle::new(t)?, t, DEFAULT_SELECT_PAGE, rule)?)
+                    let p = CriterionParams {
+                        tau: t,
+                        page: DEFAULT_SELECT_PAGE,
+                        channels,
+                        ..CriterionParams::default()
                     };
-                    base.push((m, c, Some(t), false));
+                    base.push((m, Arc::from(by_name(m, &p)?), Some(t), false));
                 }
             }
             "quest" => {
