@@ -96,8 +96,8 @@ pub struct Setting {
     /// Short name or file name of the model it was calibrated on.
     pub model_name: String,
     pub model: ModelId,
-    /// A `--criterion` name: dense, approx, bound, mixture, hybrid, pages, certified or
-    /// channels.
+    /// A `--criterion` name: dense, approx, bound, mixture, hybrid, pages, certified,
+    /// channels or channels-ungated.
     pub criterion: String,
     pub tau: Option<f64>,
     /// A `--group` mode: head, all or mass.
