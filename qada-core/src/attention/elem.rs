@@ -329,13 +329,6 @@ impl Elem for Q8Block {
             weights.len(),
         )?;
         #[cfg(target_arch = "x86_64")]
-        if let Some(t) = Avx512::detect() {
-            // SAFETY: the token proves AVX-512F, AVX2, FMA and F16C; `check_block` proved
-            // `d > 0`, `d % 32 == 0`, whole rows and `weights.len() >= h * n`.
-            unsafe { super::avx512_q8::block_accumulate_q8(t, acc, weights, values, d) };
-            return Ok(());
-        }
-        #[cfg(target_arch = "x86_64")]
         if let Some(t) = Avx2::detect() {
             // SAFETY: the token proves AVX2, FMA and F16C; `check_block` proved `d > 0`,
             // `d % 32 == 0`, whole rows and `weights.len() >= h * n`.

@@ -12,12 +12,11 @@
 //! - `column_masses`: [`column_page_masses`], per page the log mass of scores from keys stored
 //!   by column (the channel rule's scoring, the scores kept in a tile per page);
 //! - [`Elem`] (`elem`): f32, f16 and q8 rows ([`qada_stats::Q8Block`], read in place), the safe entry points that check shapes and choose a
-//!   kernel (the AVX-512 one for the accumulates when [`qada_stats::simd::Avx512::detect`]
-//!   gives a token and, for f32 and f16, `d % 16 == 0`; else the AVX2 one when
-//!   [`qada_stats::simd::Avx2::detect`] does);
-//! - `portable`, `avx2`, `avx2_q8` (q8 rows), `avx512` (the column page masses),
-//!   `avx512_blocks` (the GQA accumulate kernel on 16 lanes) and `avx512_q8` (its q8 form):
-//!   the kernels themselves;
+//!   kernel (the AVX-512 one for f32 and f16 accumulates when [`qada_stats::simd::Avx512::detect`]
+//!   gives a token and `d % 16 == 0`, else the AVX2 one when [`qada_stats::simd::Avx2::detect`]
+//!   does);
+//! - `portable`, `avx2`, `avx2_q8` (q8 rows), `avx512` (the column page masses) and
+//!   `avx512_blocks` (the GQA accumulate kernel on 16 lanes): the kernels themselves;
 //! - `softmax`: the reference [`scores`], [`softmax_attend`], [`dense_attention`] and
 //!   [`local_attention`];
 //! - `prefill`: [`prefill_attention`], prefill's causal attention of a block of queries in
@@ -31,8 +30,6 @@ mod avx2_q8;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_blocks;
-#[cfg(target_arch = "x86_64")]
-mod avx512_q8;
 mod column_masses;
 mod column_tile;
 mod elem;
