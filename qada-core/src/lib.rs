@@ -76,7 +76,7 @@ pub use attention::{dense_attention, local_attention, KvSegments, ScoreMap};
 pub use criteria::{
     approx::Approx,
     bound::Bound,
-    by_name::{by_name, CriterionParams, CRITERION_NAMES},
+    by_name::{by_name, CriterionParams, CRITERION_NAMES, SELECTING_NAMES},
     dense::Dense,
     hybrid::Hybrid,
     mixture::Mixture,

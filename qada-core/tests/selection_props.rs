@@ -268,6 +268,28 @@ fn needle_head(
     (h, q, local_scores)
 }
 
+/// Head 0 of layer 0 with query `q` over `h`'s bulk and `pages`, at scale `1 / sqrt(d)`.
+fn head_input<'a>(
+    h: &'a Head,
+    q: &'a [f32],
+    local_scores: &'a [f32],
+    pages: &'a PageBounds,
+) -> HeadInput<'a> {
+    let seg = h.segments();
+    HeadInput {
+        layer: 0,
+        head: 0,
+        query: q,
+        scale: 1.0 / (h.d as f32).sqrt(),
+        local_scores,
+        bulk_len: seg.bulk_len(),
+        bulk_moments: &h.moments,
+        bulk_keys: seg.bulk_keys,
+        bulk_pages: Some(pages),
+        bulk_clusters: None,
+    }
+}
+
 #[test]
 fn ungated_channels_read_the_needle_page_qadas_gaussian_calls_local() {
     // The bulk's Gaussian (mean x/n, variance x^2/n along the query, n bulk keys) puts
@@ -277,19 +299,7 @@ fn ungated_channels_read_the_needle_page_qadas_gaussian_calls_local() {
     for needle in [0, 13, 40, 63] {
         let (h, q, local_scores) = needle_head(bulk, needle, 9.0, 20.0);
         let pages = pages_of(&h, page);
-        let seg = h.segments();
-        let input = HeadInput {
-            layer: 0,
-            head: 0,
-            query: &q,
-            scale: 1.0 / (h.d as f32).sqrt(),
-            local_scores: &local_scores,
-            bulk_len: seg.bulk_len(),
-            bulk_moments: &h.moments,
-            bulk_keys: seg.bulk_keys,
-            bulk_pages: Some(&pages),
-            bulk_clusters: None,
-        };
+        let input = head_input(&h, &q, &local_scores, &pages);
         let rule = PageRule::Channels(h.d);
         let gated = Pages::new(Approx::new(tau).unwrap(), tau, page, rule).unwrap();
         let ungated = Pages::new(Dense, tau, page, rule).unwrap();
@@ -309,19 +319,7 @@ fn ungated_channels_read_the_needle_page_qadas_gaussian_calls_local() {
     // without the needle the window holds the mass: no page is read, the head is local
     let (h, q, local_scores) = needle_head(bulk, 0, 9.0, 0.0);
     let pages = pages_of(&h, page);
-    let seg = h.segments();
-    let input = HeadInput {
-        layer: 0,
-        head: 0,
-        query: &q,
-        scale: 1.0 / (h.d as f32).sqrt(),
-        local_scores: &local_scores,
-        bulk_len: seg.bulk_len(),
-        bulk_moments: &h.moments,
-        bulk_keys: seg.bulk_keys,
-        bulk_pages: Some(&pages),
-        bulk_clusters: None,
-    };
+    let input = head_input(&h, &q, &local_scores, &pages);
     let ungated = Pages::new(Dense, tau, page, PageRule::Channels(h.d)).unwrap();
     let mut out = [Decision::LONG];
     let mut sel = PageSelection::new();

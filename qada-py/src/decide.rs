@@ -133,14 +133,7 @@ fn check_bulk(name: &str, has_keys: bool, has_moments: bool) -> PyResult<()> {
 }
 
 /// The names of the criteria that select pages of the bulk.
-const SELECTING: [&str; 6] = [
-    "pages",
-    "certified",
-    "quest",
-    "pages-oracle",
-    "channels",
-    "channels-ungated",
-];
+const SELECTING: &[&str] = qada_core::SELECTING_NAMES;
 
 /// Per head, the pages it reads, from a group's selection: all `n_pages` for a full read.
 fn pages_per_head(

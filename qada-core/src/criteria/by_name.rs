@@ -42,6 +42,17 @@ pub const CRITERION_NAMES: &[&str] = &[
     "channels-ungated",
 ];
 
+/// The names of [`CRITERION_NAMES`] that select pages of the bulk per KV group (their
+/// decisions come with a [`crate::PageSelection`]).
+pub const SELECTING_NAMES: &[&str] = &[
+    "pages",
+    "certified",
+    "quest",
+    "pages-oracle",
+    "channels",
+    "channels-ungated",
+];
+
 /// What the accepted names are, for errors.
 const EXPECTED: &str = "dense, window, oracle, approx, bound, mixture, hybrid, pages, certified, \
                         quest, pages-oracle, channels or channels-ungated (static needs a \
@@ -160,6 +171,15 @@ mod tests {
         for &name in CRITERION_NAMES {
             let c = by_name(name, &CriterionParams::default()).unwrap();
             assert_eq!(c.name(), name);
+        }
+    }
+
+    #[test]
+    fn the_selecting_names_are_criteria_with_pages() {
+        for &name in SELECTING_NAMES {
+            assert!(CRITERION_NAMES.contains(&name), "{name}");
+            let c = by_name(name, &CriterionParams::default()).unwrap();
+            assert!(c.bulk_summaries().page.is_some(), "{name} keeps no pages");
         }
     }
 
