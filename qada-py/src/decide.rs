@@ -12,7 +12,7 @@ use numpy::{IntoPyArray, PyArrayDyn};
 use pyo3::prelude::*;
 use qada_core::{
     by_name, Bulk, CoreError, CriterionParams, Decision, GroupRead, HeadQuery, LocalityCriterion,
-    PageSelection, PreparedQuery,
+    PageSelection, PreparedQuery, SELECTING_NAMES,
 };
 use qada_stats::KeyMoments;
 
@@ -101,19 +101,8 @@ fn param_of(e: &CoreError) -> &'static str {
 
 /// What each criterion needs of the bulk, checked before anything is computed.
 fn check_bulk(name: &str, has_keys: bool, has_moments: bool) -> PyResult<()> {
-    let need_keys = matches!(
-        name,
-        "oracle"
-            | "bound"
-            | "mixture"
-            | "hybrid"
-            | "pages"
-            | "certified"
-            | "quest"
-            | "pages-oracle"
-            | "channels"
-            | "channels-ungated"
-    );
+    let need_keys = matches!(name, "oracle" | "bound" | "mixture" | "hybrid")
+        || SELECTING_NAMES.contains(&name);
     if need_keys && !has_keys {
         return Err(bad_arg(
             "bulk_keys",
@@ -131,9 +120,6 @@ fn check_bulk(name: &str, has_keys: bool, has_moments: bool) -> PyResult<()> {
     }
     Ok(())
 }
-
-/// The names of the criteria that select pages of the bulk.
-const SELECTING: &[&str] = qada_core::SELECTING_NAMES;
 
 /// Per head, the pages it reads, from a group's selection: all `n_pages` for a full read.
 fn pages_per_head(
@@ -191,7 +177,7 @@ fn decide_heads(
     };
     let summaries = first.summaries_for(criterion)?;
     let mut out = vec![Decision::LONG; prepared.len()];
-    if SELECTING.contains(&criterion.name()) {
+    if SELECTING_NAMES.contains(&criterion.name()) {
         let mut sel = PageSelection::new();
         let read =
             PreparedQuery::select_with(&prepared, criterion, &summaries, &mut out, &mut sel)?;
@@ -284,7 +270,7 @@ pub fn decide(
         }
     }
     let given = moments.as_ref().map(|m| &m.inner);
-    if SELECTING.contains(&criterion) && q2.nrows() > 64 {
+    if SELECTING_NAMES.contains(&criterion) && q2.nrows() > 64 {
         return Err(bad_arg(
             "q",
             "at most 64 heads for a page-selecting criterion (one GQA group)",

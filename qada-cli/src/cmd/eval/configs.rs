@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use qada_core::DEFAULT_SELECT_PAGE;
 use qada_core::{
     by_name, Approx, Bound, CriterionParams, Dense, GroupMode, Grouped, Hybrid, LocalityCriterion,
-    Mixture, Oracle, PageRule, Pages, Static, StaticTable, Window,
+    Mixture, Oracle, Static, StaticTable, Window, SELECTING_NAMES,
 };
 use qada_core::{DEFAULT_CLUSTERS, DEFAULT_MARGIN, DEFAULT_PAGE};
+use qada_core::{DEFAULT_QUEST_TOKENS, DEFAULT_SELECT_PAGE};
 use qada_kv::MomentsMode;
 use qada_model::{Session, SessionCheckpoint};
 use qada_stats::MomentTable;
@@ -116,33 +116,27 @@ pub fn configs(
                     base.push((m, Arc::new(h), Some(t), false));
                 }
             }
-            "pages" | "certified" => {
-                let rule = if m == "pages" {
-                    PageRule::Estimate
-                } else {
-                    PageRule::Certified
+            m if SELECTING_NAMES.contains(&m) => {
+                // the page selections as `by_name` builds them, at the selection's page: quest
+                // over its token budgets (its tau is unused), the others over --taus
+                let at = |tau, quest_tokens| CriterionParams {
+                    tau,
+                    page: DEFAULT_SELECT_PAGE,
+                    quest_tokens,
+                    channels,
+                    ..CriterionParams::default()
                 };
-                for &t in taus {
-                    let c = Pages::new(Approx::new(t)?, t, DEFAULT_SELECT_PAGE, rule)?;
-                    base.push((m, Arc::new(c), Some(t), false));
-                }
-            }
-            "pages-oracle" | "channels" | "channels-ungated" => {
-                for &t in taus {
-                    let p = CriterionParams {
-                        tau: t,
-                        page: DEFAULT_SELECT_PAGE,
-                        channels,
-                        ..CriterionParams::default()
-                    };
-                    base.push((m, Arc::from(by_name(m, &p)?), Some(t), false));
-                }
-            }
-            "quest" => {
-                for &tokens in QUEST_TOKENS {
-                    let k = tokens.div_ceil(DEFAULT_SELECT_PAGE);
-                    let c = Pages::new(Dense, 0.5, DEFAULT_SELECT_PAGE, PageRule::TopK(k))?;
-                    base.push((m, Arc::new(c), Some(tokens as f64), false));
+                let points: Vec<(CriterionParams, f64)> = if m == "quest" {
+                    QUEST_TOKENS
+                        .iter()
+                        .map(|&k| (at(0.5, k), k as f64))
+                        .collect()
+                } else {
+                    let k = DEFAULT_QUEST_TOKENS;
+                    taus.iter().map(|&t| (at(t, k), t)).collect()
+                };
+                for (p, param) in points {
+                    base.push((m, Arc::from(by_name(m, &p)?), Some(param), false));
                 }
             }
             "static" => {
@@ -288,5 +282,44 @@ mod tests {
             [1024, 2048]
         );
         assert!(parse_list::<f64>("--taus", "0.5,x").is_err());
+    }
+
+    #[test]
+    fn page_selections_are_the_named_criteria_at_the_selection_page() {
+        let c = configs(
+            SELECTING_NAMES,
+            &[0.8, 0.9],
+            &[],
+            None,
+            &[GroupMode::Head],
+            DEFAULT_CHANNELS,
+        )
+        .unwrap();
+        for cfg in &c {
+            assert_eq!(cfg.criterion.name(), cfg.method);
+            assert_eq!(
+                cfg.criterion.bulk_summaries().page,
+                Some(DEFAULT_SELECT_PAGE)
+            );
+            let expected: Vec<Option<f64>> = if cfg.method == "quest" {
+                QUEST_TOKENS.iter().map(|&k| Some(k as f64)).collect()
+            } else {
+                vec![Some(0.8), Some(0.9)]
+            };
+            assert!(
+                expected.contains(&cfg.param),
+                "{} {:?}",
+                cfg.method,
+                cfg.param
+            );
+            if cfg.method != "quest" {
+                assert_eq!(cfg.criterion.tau().map(|t| t.get()), cfg.param);
+            }
+        }
+        // every selection: quest once per budget, the others once per tau
+        assert_eq!(
+            c.len(),
+            QUEST_TOKENS.len() + 2 * (SELECTING_NAMES.len() - 1)
+        );
     }
 }
