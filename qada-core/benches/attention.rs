@@ -338,16 +338,16 @@ fn prefill_block(c: &mut Criterion) {
 }
 
 /// The channel rule's page choice for one KV group of Qwen2.5-0.5B at 16k: 7 long heads,
-/// d = 64, 16,384 bulk keys in pages of 32, 8 channels. `column_page_masses` alone (the
-/// scores of 8 columns and a log-sum-exp per page and head), and the whole `choose_pages`
-/// (channels chosen, page means and variances scored, masses, budget per head).
+/// d = 64, 16,384 bulk keys in pages of 32, 8 and 16 channels (16: Qwen's calibrated count).
+/// `column_page_masses` alone (the scores of the columns and a log-sum-exp per page and
+/// head), and the whole `choose_pages` (channels chosen, page means and variances scored,
+/// masses, budget per head).
 fn channel_selection_group7(c: &mut Criterion) {
     use qada_core::attention::column_page_masses;
     use qada_core::{Decision, PageRule, PageSelection, Pages};
     use qada_stats::{PageBounds, Rows};
     const T: usize = 16_384;
     const H: usize = 7;
-    const R: usize = 8;
     const P: usize = 32;
     let keys = data(T, 0.25);
     let mut pages = PageBounds::new(D, P).unwrap();
@@ -367,15 +367,18 @@ fn channel_selection_group7(c: &mut Criterion) {
         .collect();
     let mut group = c.benchmark_group("channel_selection_group7_d64_16384");
     let copy = pages.channel_keys().unwrap();
-    let columns: Vec<_> = (0..R).map(|c| copy.column(c).unwrap()).collect();
-    let weights: Vec<f32> = (0..H * R).map(|i| 0.125 * (i as f32 * 0.7).sin()).collect();
     let mut out = vec![0.0f32; H * T.div_ceil(P)];
     let mut tile = Vec::new();
-    group.bench_function("column_page_masses", |b| {
-        b.iter(|| {
-            column_page_masses(black_box(&columns), &weights, T, P, &mut tile, &mut out).unwrap()
-        })
-    });
+    for r in [8, 16] {
+        let columns: Vec<_> = (0..r).map(|c| copy.column(c).unwrap()).collect();
+        let weights: Vec<f32> = (0..H * r).map(|i| 0.125 * (i as f32 * 0.7).sin()).collect();
+        group.bench_function(format!("column_page_masses/{r}"), |b| {
+            b.iter(|| {
+                column_page_masses(black_box(&columns), &weights, T, P, &mut tile, &mut out)
+                    .unwrap()
+            })
+        });
+    }
     let rows = Rows::F32(&keys);
     let inputs: Vec<HeadInput<'_>> = (0..H)
         .map(|h| HeadInput {
@@ -391,16 +394,18 @@ fn channel_selection_group7(c: &mut Criterion) {
             bulk_clusters: None,
         })
         .collect();
-    let crit = Pages::new(Approx::new(0.8).unwrap(), 0.8, P, PageRule::Channels(R)).unwrap();
-    let mut sel = PageSelection::new();
-    let mut decisions = vec![Decision::LONG; H];
-    group.bench_function("choose_pages", |b| {
-        b.iter(|| {
-            decisions.fill(Decision::LONG);
-            crit.choose_pages(black_box(&inputs), &mut decisions, &mut sel)
-                .unwrap()
-        })
-    });
+    for r in [8, 16] {
+        let crit = Pages::new(Approx::new(0.8).unwrap(), 0.8, P, PageRule::Channels(r)).unwrap();
+        let mut sel = PageSelection::new();
+        let mut decisions = vec![Decision::LONG; H];
+        group.bench_function(format!("choose_pages/{r}"), |b| {
+            b.iter(|| {
+                decisions.fill(Decision::LONG);
+                crit.choose_pages(black_box(&inputs), &mut decisions, &mut sel)
+                    .unwrap()
+            })
+        });
+    }
     group.finish();
 }
 

@@ -74,9 +74,11 @@ pub(crate) struct SelectScratch {
     pub masses: Vec<f32>,
     pub weights: Vec<f32>,
     pub tile: Vec<f32>,
-    /// The long heads' queries on the chosen channels (0 elsewhere), and the channels.
+    /// The long heads' queries on the chosen channels (0 elsewhere), the channels, and every
+    /// channel's weight in choosing them.
     pub queries_sparse: Vec<f32>,
     pub channel: Vec<u32>,
+    pub channel_weight: Vec<f32>,
 }
 
 impl PageSelection {
@@ -102,6 +104,7 @@ impl PageSelection {
         s.order.reserve(max_pages);
         s.queries_sparse.reserve(group * d);
         s.channel.reserve(d);
+        s.channel_weight.reserve(d);
         s.masses.reserve(group * max_pages);
         s.weights.reserve(group * d);
         s.tile.reserve(group * RESERVED_TILE_ROWS);

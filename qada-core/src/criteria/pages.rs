@@ -284,7 +284,14 @@ fn group_queries(
     s.queries2.clear();
     s.queries_sparse.clear();
     if let PageRule::Channels(r) = rule {
-        group_channels(inputs, long, pages, r, &mut s.channel);
+        group_channels(
+            inputs,
+            long,
+            pages,
+            r,
+            &mut s.channel_weight,
+            &mut s.channel,
+        );
     }
     for (j, input) in inputs.iter().enumerate() {
         if long & (1 << j) == 0 {
@@ -600,17 +607,18 @@ fn channel_masses(
 /// largest `(sum_h |q_hj|) (max_i k_ij - min_i k_ij) / 2`, how far channel `j` can move one
 /// key's score away from another's for the group's queries
 /// ([`PageBounds::channel_spread`]). One set for the group, so that the copy by channel is
-/// read once per channel.
+/// read once per channel. `weight` is scratch for the `d` channels' values.
 fn group_channels(
     inputs: &[HeadInput<'_>],
     long: u64,
     pages: &PageBounds,
     r: usize,
+    weight: &mut Vec<f32>,
     out: &mut Vec<u32>,
 ) {
     let d = pages.dim();
-    let weight = |c: u32| -> f32 {
-        let c = c as usize;
+    weight.clear();
+    weight.extend((0..d).map(|c| {
         let q: f32 = inputs
             .iter()
             .enumerate()
@@ -624,12 +632,13 @@ fn group_channels(
         } else {
             w
         }
-    };
+    }));
     out.clear();
     out.extend(0..d as u32);
     let r = r.min(d);
     if r < d {
-        out.select_nth_unstable_by(r - 1, |x, y| weight(*y).total_cmp(&weight(*x)));
+        let w = |c: u32| weight[c as usize];
+        out.select_nth_unstable_by(r - 1, |x, y| w(*y).total_cmp(&w(*x)));
         out.truncate(r);
     }
 }
@@ -858,13 +867,13 @@ mod tests {
             bulk_clusters: None,
         };
         let inputs = [input(&[1.0, 0.0, 1.0, 0.0]), input(&[0.0, 0.0, 0.0, 500.0])];
-        let mut out = Vec::new();
-        group_channels(&inputs, 0b01, &pages, 1, &mut out);
+        let (mut weight, mut out) = (Vec::new(), Vec::new());
+        group_channels(&inputs, 0b01, &pages, 1, &mut weight, &mut out);
         assert_eq!(out, [2]);
         // the second head, long, moves channel 3 by nothing: every key's is 0
-        group_channels(&inputs, 0b11, &pages, 1, &mut out);
+        group_channels(&inputs, 0b11, &pages, 1, &mut weight, &mut out);
         assert_eq!(out, [2]);
-        group_channels(&inputs, 0b11, &pages, 4, &mut out);
+        group_channels(&inputs, 0b11, &pages, 4, &mut weight, &mut out);
         assert_eq!(out.len(), 4);
     }
 
