@@ -210,7 +210,7 @@ pub struct CriterionArgs {
     pub criterion: Option<String>,
     /// A setting from `qada calibrate tau` (a JSON file), or `shipped`: the one calibrated
     /// for this model and built in (dense where no criterion kept quality within 0.02). It
-    /// fixes criterion, tau, group, page, clusters, margin, sink and local.
+    /// fixes criterion, tau, group, page, channels, clusters, margin, sink and local.
     #[arg(long)]
     pub setting: Option<String>,
     /// Threshold on the local share of the softmax mass, in (0, 1) (default 0.6).
