@@ -61,9 +61,9 @@ pub struct Args {
     /// speed-up.
     #[arg(long)]
     ceiling: bool,
-    /// Also time a third mode: the criterion decides every head, then every head attends
-    /// densely anyway. Its time less dense's is the decision's own cost, reported as a share
-    /// of an adaptive step.
+    /// Also time a third mode: the criterion decides every head (and a selecting criterion
+    /// chooses its pages), then every head attends densely anyway. Its time less dense's is
+    /// the decision's own cost, reported as a share of an adaptive step.
     #[arg(long)]
     decision_cost: bool,
     /// Print one JSON object per depth, as an array.

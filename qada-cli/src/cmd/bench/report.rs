@@ -75,8 +75,8 @@ pub fn print_tables(a: &Args, h: &Header<'_>, results: &[serde_json::Value]) {
     }
     if a.decision_cost {
         println!(
-            "decision cost: the criterion decides, then every head attends densely; its time \
-             less dense's, per token and as a share of an adaptive step"
+            "decision cost: the criterion decides (and chooses pages), then every head attends \
+             densely; its time less dense's, per token and as a share of an adaptive step"
         );
         println!(
             "{:>6} | {:>16} | {:>12} | {:>9}",
