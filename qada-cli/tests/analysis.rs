@@ -5,7 +5,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{ok, repo, tmp};
+use common::{eval_records, ok, repo, tmp};
 
 /// `qada ARGS`, after checking that the default model is there.
 fn qada(args: &[&str]) -> Output {
@@ -634,11 +634,7 @@ fn eval_runs_several_samples_per_length_each_from_its_own_prefill() {
         "--out-dir",
         dir.to_str().unwrap(),
     ]));
-    let records = std::fs::read_to_string(dir.join("records.jsonl")).unwrap();
-    let lines: Vec<serde_json::Value> = records
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = eval_records(&dir);
     let mut seen: Vec<(u64, &str)> = lines
         .iter()
         .map(|r| (r["sample"].as_u64().unwrap(), r["method"].as_str().unwrap()))

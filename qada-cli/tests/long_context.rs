@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{ok, qada, repo, tmp};
+use common::{eval_records, ok, qada, repo, tmp};
 
 fn qwen() -> &'static str {
     let path = "models/qwen2.5-0.5b/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf";
@@ -39,7 +39,7 @@ fn on_qwen_channels_find_the_passkey_dense_finds_at_16k_tokens_reading_under_hal
         "--out-dir",
         out.to_str().unwrap(),
     ]));
-    let rows = records(&out);
+    let rows = eval_records(&out);
     let (dense, channels) = (record(&rows, "dense"), record(&rows, "channels"));
     assert_eq!(dense["sums"]["accuracy"], 1.0, "dense misses the passkey");
     assert_eq!(
@@ -49,15 +49,6 @@ fn on_qwen_channels_find_the_passkey_dense_finds_at_16k_tokens_reading_under_hal
     let ratio =
         channels["kv_bytes"].as_f64().unwrap() / channels["dense_kv_bytes"].as_f64().unwrap();
     assert!(ratio < 0.5, "channels read {ratio:.3}x the dense K/V bytes");
-}
-
-/// The records of `qada eval` in `out`.
-fn records(out: &std::path::Path) -> Vec<serde_json::Value> {
-    let records = std::fs::read_to_string(out.join("records.jsonl")).unwrap();
-    records
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// The record of `method` among `rows`.
@@ -99,7 +90,7 @@ fn on_gemma_the_shipped_setting_keeps_the_needle_dense_finds_at_4k_tokens() {
         "--out-dir",
         out.to_str().unwrap(),
     ]));
-    let rows = records(&out);
+    let rows = eval_records(&out);
     let accuracy = |m: &str| record(&rows, m)["sums"]["accuracy"].as_f64().unwrap();
     assert_eq!(accuracy("dense"), 1.0, "dense misses the needle");
     assert_eq!(

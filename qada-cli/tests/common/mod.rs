@@ -1,5 +1,5 @@
-//! What the end-to-end tests share: the repository, a temporary folder, and the `qada` binary
-//! run there with no standard input and no `QADA_MODEL`.
+//! What the end-to-end tests share: the repository, a temporary folder, the `qada` binary
+//! run there with no standard input and no `QADA_MODEL`, and the records `qada eval` writes.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -35,4 +35,13 @@ pub fn ok(o: &Output) -> String {
     assert!(o.status.success(), "failed: {e}");
     assert!(!e.contains("panicked"), "{e}");
     String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The records `qada eval` wrote to `dir/records.jsonl`, one JSON value per line.
+pub fn eval_records(dir: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("records.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }

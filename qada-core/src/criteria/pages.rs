@@ -637,8 +637,9 @@ fn group_channels(
     out.extend(0..d as u32);
     let r = r.min(d);
     if r < d {
-        let w = |c: u32| weight[c as usize];
-        out.select_nth_unstable_by(r - 1, |x, y| w(*y).total_cmp(&w(*x)));
+        out.select_nth_unstable_by(r - 1, |&x, &y| {
+            weight[y as usize].total_cmp(&weight[x as usize])
+        });
         out.truncate(r);
     }
 }
