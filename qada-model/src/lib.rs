@@ -57,6 +57,7 @@ mod rope_scaling;
 mod session;
 mod strict;
 mod tokenizer;
+mod warm;
 
 pub use config::{LayerSpec, ModelConfig};
 pub use error::{ModelError, Result};

@@ -387,9 +387,10 @@ impl<'m> Session<'m> {
         tokens: &[u32],
         progress: &mut (dyn FnMut(usize, usize) + Send),
     ) -> Result<Vec<f32>> {
-        // On a worker of rayon's pool, as [`Session::step_observed`] explains.
+        // On a worker of rayon's pool, the others kept awake, as [`Session::step_observed`]
+        // explains.
         let this = &mut *self;
-        rayon::scope(move |_| this.prefill_blocks(tokens, progress, None))
+        crate::warm::in_pool_warm(move || this.prefill_blocks(tokens, progress, None))
     }
 
     /// Blocks of [`PREFILL_BLOCK`] tokens through every layer, attention dense and causal.
@@ -448,9 +449,10 @@ impl<'m> Session<'m> {
     ) -> Result<&[f32]> {
         // The whole step runs on a worker of rayon's pool: its parallel loops (about eight per
         // layer) then hand work to the other workers directly instead of each waking the pool
-        // from outside and putting this thread to sleep until it finishes.
+        // from outside and putting this thread to sleep until it finishes; and the other
+        // workers poll for that work instead of sleeping between the loops (`warm.rs`).
         let this = &mut *self;
-        rayon::scope(move |_| this.step_inner(token, observer))?;
+        crate::warm::in_pool_warm(move || this.step_inner(token, observer))?;
         Ok(&self.logits)
     }
 
