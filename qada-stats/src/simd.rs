@@ -159,7 +159,7 @@ fn cpu_has_avx_vnni() -> bool {
 /// `avx2` (every kernel with an AVX2 path) plus `avx-vnni` (int8 prefill tiles), `avx512f`
 /// (the channel rule's column page masses, the f16 and f32 GQA accumulate kernel, the
 /// moments' quadratic forms) and `avx512-vnni` (decoding's int8 products of eight rows and of
-/// Q6_K rows, int8 prefill tiles) where they are detected. What `qada bench` records beside
+/// Q5_K and Q6_K rows, int8 prefill tiles) where they are detected. What `qada bench` records beside
 /// its figures.
 pub fn kernel_sets() -> Vec<&'static str> {
     if Avx2::detect().is_none() {

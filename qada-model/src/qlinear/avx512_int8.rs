@@ -1,27 +1,31 @@
-//! AVX-512 VNNI kernel of Q6_K against the activations' Q8_K form ([`Q8K`], one scale per
-//! 256 values), one row at a time: `avx2_int8.rs`'s `dot_q6_k_q8k` with the integer sums on
-//! 512-bit registers.
+//! AVX-512 VNNI kernels of Q5_K and Q6_K against the activations' Q8_K form ([`Q8K`], one
+//! scale per 256 values), one row at a time: `avx2_int8.rs`'s `*_q8k` kernels with the
+//! integer sums on 512-bit registers.
 //!
-//! A block's product is the one `avx2_int8.rs` defines: `d d_x sum_j sc_t(j) q_j q_x,j` less
-//! the offset `d d_x 32 sum_t sc_t sum_(j in t) q_x,j`, the activation sums from the 16-value
+//! A block's product is the one `avx2_int8.rs` defines: `d d_x sum_s sc_s sum_j q_j q_x,j`
+//! less `dmin d_x sum_s m_s sum_j q_x,j` (Q5_K) or less the offset
+//! `d d_x 32 sum_t sc_t sum_(j in t) q_x,j` (Q6_K), the activation sums from the 16-value
 //! `bsums`; integers until one FMA per block. What changes is how the sums are made:
 //! `vpdpbusd` multiplies 64 unsigned weight quants by 64 int8 activations and adds each four
 //! products into one of sixteen i32 lanes, where AVX2 takes `vpmaddubsw` and `vpmaddwd` on half
-//! the width and a shuffle per 32 values for the scales. Such a lane fits in i16 (bounds at the
-//! kernel), so `vpdpwssd` by a scale whose upper 16 bits are zero adds `sc * lane` exactly.
+//! the width. Such a lane fits in i16 (bounds at each kernel), so `vpdpwssd` by a scale whose
+//! upper 16 bits are zero adds `sc * lane` exactly: one instruction per 64 values for the
+//! scales, no saturating step anywhere.
 //!
 //! The same bits as AVX2: lane `j` of a register's upper 256 bits holds values `4 j .. 4 j + 3`
-//! of a quarter as lane `j` of its lower half does, so the two halves added give a block's
-//! eight i32 lanes of `avx2_int8.rs` exactly (integer sums, exact in any order). From there the
-//! float steps are AVX2's instructions in AVX2's order: a row's product is the same bits
-//! through either kernel set (the tests compare the bits).
+//! of a sub-block (or quarter) as lane `j` of its lower half does, so the two halves added give
+//! a block's eight i32 lanes of `avx2_int8.rs` exactly (integer sums, exact in any order). From
+//! there the float steps are AVX2's instructions in AVX2's order (the mins' 128-bit steps too):
+//! a row's product is the same bits through either kernel set (the tests compare the bits).
 //!
-//! Only Q6_K: kernels of Q4_K and Q5_K built the same way (commit 34b8b0f) were slower than
-//! AVX2's or equal on Zen 4, whose 512-bit operations take two 256-bit passes (criterion
-//! `qlinear/matvec_896x4864_*_Int8`: Q4_K 77.9 against 71.0 us, Q5_K 93.4 against 94.1,
-//! Q6_K 75.0 against 88.5), so they are not kept; a host with full-width AVX-512 may differ.
+//! Which kernels are here is measured (criterion `qlinear/matvec_896x4864_*_Int8`, the two
+//! kernel sets alternated): on Zen 4, whose 512-bit operations take two 256-bit passes, Q6_K
+//! 75.0 against AVX2's 88.5 us, Q5_K 93.4 against 94.1 (equal), Q4_K 77.9 against 71.0; on an
+//! Intel Xeon (family 6 model 207, full-width AVX-512) Q5_K 175-205 against 178-225 us and
+//! Q4_K 164-181 against 167-185 (within the noise). So Q5_K and Q6_K take these kernels and
+//! Q4_K stays on AVX2's (its 512-bit kernel of the same shape is in commit 34b8b0f).
 //!
-//! The kernel is `unsafe` and enables AVX2, FMA, F16C and AVX-512 F, BW, VL and VNNI: the
+//! Every kernel is `unsafe` and enables AVX2, FMA, F16C and AVX-512 F, BW, VL and VNNI: the
 //! caller holds a [`qada_stats::simd::Avx512Vnni`] token and has checked that `k` holds the
 //! row's blocks (`dispatch`).
 
@@ -31,7 +35,8 @@ use qada_stats::simd::x86::hsum;
 
 use super::acts::{BSUM, Q8K, QK_K};
 use super::avx2::f16;
-use crate::quant::BlockQ6K;
+use super::avx2_int8::K4Parts;
+use crate::quant::{k4_scales_mins, BlockQ5K, BlockQ6K};
 
 /// `a` in the lower 256 bits, `b` in the upper.
 #[inline]
@@ -47,6 +52,107 @@ unsafe fn halves(a: __m256i, b: __m256i) -> __m512i {
 unsafe fn fold(v: __m512i) -> __m256i {
     // SAFETY: register operations only; the CPU features are the caller's proof.
     _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
+}
+
+/// Q5_K row (or, with `qh` giving `None`, Q4_K's layout) against the Q8_K activations `k`:
+/// per block `b`,
+/// `d d_x sum_s sc_s sum_j q_j q_x,j - dmin d_x sum_s m_s sum_j q_x,j` over the eight
+/// sub-blocks `s` of 32 values, both sums in i32, one FMA each per block
+/// (`avx2_int8::dot_k4_q8k`'s bits). `qh(blk)` gives Q5_K's 32 bytes of fifth bits in both
+/// halves (`None` for Q4_K): bit `s` of byte `l` is the fifth bit of value `l` of sub-block `s`.
+///
+/// Pair `g` of sub-blocks: the 32 bytes `qs[32 g ..]` in both halves, the upper half shifted
+/// right by 4, masked to nibbles (sub-block `2 g` below, `2 g + 1` above), meet the 64
+/// activations `64 g ..` as they lie.
+///
+/// Bounds: `q <= 31` (15 without the fifth bit), `|q_x| <= 127`: a `vpdpbusd` lane is at most
+/// `4 * 31 * 127 = 15748 < 2^15`, so its low 16 bits are its value; `vpdpwssd` by the scale
+/// (`<= 63`, upper 16 bits zero) adds `<= 992124` per pair, four pairs `<= 3968496` per lane,
+/// the halves added `<= 7.9e6 < 2^24` (AVX2's lanes: exact in f32). Mins as AVX2: a
+/// sub-block's activation sum `<= 4064` (i16), `vpmaddwd` by the mins (`<= 63`) `<= 512064`.
+///
+/// # Safety
+/// The CPU supports the features enabled; `k` holds at least `row.len()` blocks.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn dot_k4_q8k<B>(
+    row: &[B],
+    k: &Q8K,
+    parts: impl Fn(&B) -> K4Parts<'_>,
+    qh: impl Fn(&B) -> Option<__m512i>,
+) -> f32 {
+    let nb = row.len();
+    assert!(k.q.len() >= QK_K * nb && k.d.len() >= nb && k.bsums.len() >= QK_K / BSUM * nb);
+    let (low, fifth) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0x10));
+    let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm_setzero_ps());
+    for (b, blk) in row.iter().enumerate() {
+        let p = parts(blk);
+        let qh = qh(blk);
+        let sm = k4_scales_mins(p.scales);
+        // SAFETY: the 16-byte load reads exactly `sm`; the assert makes `k.bsums` hold 16
+        // sums per block and `k.q` 256 values per block, so the loads at 16 b and at
+        // 256 b + 64 g (64 bytes) are in them; 32 g + 32 <= 128 bytes of `qs`.
+        let sm = _mm_loadu_si128(sm.as_ptr().cast::<__m128i>());
+        // the eight scales as i32 (lanes 0-7; 8-15 the mins), upper 16 bits zero
+        let scales = _mm512_cvtepu8_epi32(sm);
+        // the mins: AVX2's steps
+        let mins = _mm_cvtepu8_epi16(_mm_unpackhi_epi64(sm, sm));
+        let bs = _mm256_loadu_si256(k.bsums.as_ptr().add(QK_K / BSUM * b).cast::<__m256i>());
+        let sub = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+        let mins = _mm_madd_epi16(mins, sub);
+        let dx = k.d[b];
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(f16(p.dmin) * dx), _mm_cvtepi32_ps(mins), acc_m);
+        let mut sums = _mm512_setzero_si512();
+        for g in 0..4 {
+            let q = _mm512_broadcast_i64x4(_mm256_loadu_si256(
+                p.qs.as_ptr().add(32 * g).cast::<__m256i>(),
+            ));
+            let x = _mm512_loadu_si512(k.q.as_ptr().add(QK_K * b + 64 * g).cast());
+            // low nibbles (sub-block 2 g) below, high nibbles (2 g + 1) above
+            let mut w = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(q, 0xffff_0000, q), low);
+            if let Some(h) = qh {
+                let bits = halves(
+                    _mm256_set1_epi8((1u8 << (2 * g)) as i8),
+                    _mm256_set1_epi8((1u8 << (2 * g + 1)) as i8),
+                );
+                w = _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(h, bits), w, fifth);
+            }
+            let sc = _mm512_permutexvar_epi32(
+                halves(
+                    _mm256_set1_epi32(2 * g as i32),
+                    _mm256_set1_epi32(2 * g as i32 + 1),
+                ),
+                scales,
+            );
+            let lanes = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w, x);
+            sums = _mm512_dpwssd_epi32(sums, lanes, sc);
+        }
+        acc = _mm256_fmadd_ps(
+            _mm256_set1_ps(f16(p.d) * dx),
+            _mm256_cvtepi32_ps(fold(sums)),
+            acc,
+        );
+    }
+    hsum(acc) - hsum(_mm256_zextps128_ps256(acc_m))
+}
+
+/// Q5_K row against the Q8_K activations `k` ([`dot_k4_q8k`] with Q5_K's fifth bits).
+///
+/// # Safety
+/// The CPU supports the features enabled; `k` holds at least `row.len()` blocks.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+pub(crate) unsafe fn dot_q5_k_q8k(row: &[BlockQ5K], k: &Q8K) -> f32 {
+    dot_k4_q8k(
+        row,
+        k,
+        K4Parts::q5_k,
+        // SAFETY: the 32-byte load reads exactly `qh`.
+        |blk| {
+            Some(_mm512_broadcast_i64x4(_mm256_loadu_si256(
+                blk.qh.as_ptr().cast::<__m256i>(),
+            )))
+        },
+    )
 }
 
 /// Q6_K row against the Q8_K activations `k`: per block,
@@ -190,12 +296,20 @@ mod tests {
         // SAFETY: the token proves AVX2, FMA, F16C and AVX-512 F, BW, VL and VNNI, every
         // feature either kernel enables; `a.k` holds one block per block of the row (assert).
         unsafe {
-            let r = view::<BlockQ6K>(row).unwrap();
-            (dot_q6_k_q8k(r, &a.k), avx2_int8::dot_q6_k_q8k(r, &a.k))
+            match ty {
+                GgmlType::Q5_K => {
+                    let r = view::<BlockQ5K>(row).unwrap();
+                    (dot_q5_k_q8k(r, &a.k), avx2_int8::dot_q5_k_q8k(r, &a.k))
+                }
+                _ => {
+                    let r = view::<BlockQ6K>(row).unwrap();
+                    (dot_q6_k_q8k(r, &a.k), avx2_int8::dot_q6_k_q8k(r, &a.k))
+                }
+            }
         }
     }
 
-    const TYPES: [GgmlType; 1] = [GgmlType::Q6_K];
+    const TYPES: [GgmlType; 2] = [GgmlType::Q5_K, GgmlType::Q6_K];
 
     /// At the bounds: every quant, scale and min at its largest against activations all 127,
     /// all -127 or alternating, and random rows against them: the bits of AVX2.

@@ -3,7 +3,7 @@
 //! [`dot_row`] checks lengths once, views the row as typed blocks and picks a kernel from the
 //! block type, the activations' precision and the [`Kernels`] the CPU runs. A new kernel is one
 //! function in `avx2.rs`, one in `portable.rs` (or the generic [`portable::dot_f32`]) and one
-//! arm in [`dot_row_checked`]. AVX-512 VNNI has a kernel for Q6_K rows against the Q8_K
+//! arm in [`dot_row_checked`]. AVX-512 VNNI has kernels for Q5_K and Q6_K rows against the Q8_K
 //! form (`avx512_int8.rs`) and for groups of eight rows of the 32-value types
 //! (`avx512_rows.rs`, [`dot_group8_checked`]); everything else takes the AVX2 kernel.
 
@@ -23,7 +23,7 @@ use crate::{ModelError, Result};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernels {
     /// AVX-512 VNNI for decoding's int8 products of eight rows (`avx512_rows.rs`) and for
-    /// Q6_K rows against the Q8_K form (`avx512_int8.rs`), AVX2 for everything else;
+    /// Q5_K and Q6_K rows against the Q8_K form (`avx512_int8.rs`), AVX2 for everything else;
     /// proven by the token.
     Avx512Vnni(Avx512Vnni),
     /// AVX2 + FMA + F16C, proven by the token.
@@ -195,9 +195,16 @@ pub(crate) fn dot_row_checked(ty: GgmlType, row: &[u8], a: &Q8Acts, k: Kernels) 
     // `check_row` made `row` whole blocks of exactly `a.len()` values and `Q8Acts::quantize`
     // gave the Q8_K form `a.k` (not empty) one block per 256 of them.
     #[cfg(target_arch = "x86_64")]
-    if let (GgmlType::Q6_K, Kernels::Avx512Vnni(_), true) = (ty, k, q8k) {
-        // SAFETY: see above: features proven, `a.k` one Q8_K block per row block.
-        return unsafe { super::avx512_int8::dot_q6_k_q8k(blocks(row), &a.k) };
+    match (ty, k, int8) {
+        (GgmlType::Q5_K, Kernels::Avx512Vnni(_), true) if q8k => {
+            // SAFETY: see above: features proven, `a.k` one Q8_K block per row block.
+            return unsafe { super::avx512_int8::dot_q5_k_q8k(blocks(row), &a.k) };
+        }
+        (GgmlType::Q6_K, Kernels::Avx512Vnni(_), true) if q8k => {
+            // SAFETY: see above: features proven, `a.k` one Q8_K block per row block.
+            return unsafe { super::avx512_int8::dot_q6_k_q8k(blocks(row), &a.k) };
+        }
+        _ => {}
     }
     let k = k.without_avx512();
     // The AVX2 arms: `k` is `Kernels::Avx2` only with a token from `Avx2::detect`, so the CPU

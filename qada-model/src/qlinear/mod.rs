@@ -10,7 +10,7 @@
 //! the activations' Q8_K form instead (one scale per 256 values, llama.cpp's scheme): per
 //! block `d_w d_x (sum_s sc_s sum(q_w q_x) - sum_s m_s sum(q_x))` with the sub-block scales
 //! and mins as integers, one float product per 256 values. With AVX-512 VNNI the int8
-//! products of the 32-value types (eight rows at a time) and of Q6_K against Q8_K
+//! products of the 32-value types (eight rows at a time) and of Q5_K and Q6_K against Q8_K
 //! take `vpdpbusd` kernels, the same bits as AVX2's. Every other combination is dequantized
 //! block by block into a small buffer and multiplied in f32. F32 weights use f32 products.
 //! The SIMD kernels run only with a token from CPU detection ([`Kernels::detect`]).
@@ -23,7 +23,7 @@
 //! `dispatch.rs` ([`Kernels`], [`dot_row`]: length checks and the choice of kernel),
 //! `avx2.rs` (f32 activations), `avx2_rows.rs` (int8 activations, the 32-value types eight
 //! rows at a time) and `avx512_rows.rs` (the same with AVX-512 VNNI), `avx2_int8.rs` (int8
-//! activations, the K-quants), `avx512_int8.rs` (Q6_K against Q8_K with AVX-512 VNNI)
+//! activations, the K-quants), `avx512_int8.rs` (Q5_K and Q6_K against Q8_K with AVX-512 VNNI)
 //! and `portable.rs` (the kernels), `tiles_int8.rs` and `tiles_int8_x86.rs` (prefill's
 //! products with int8 activations: weights in integer form, eight rows by four tokens per
 //! kernel call), this file ([`QLinear`]: products of a whole layer, and prefill's f32 tiles).
