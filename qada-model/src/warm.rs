@@ -19,15 +19,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// Run `f` on a worker of rayon's current pool while every other worker of that pool polls
 /// for work instead of sleeping; they stop when `f` returns. With one thread, `f` alone.
 pub(crate) fn in_pool_warm<R: Send>(f: impl FnOnce() -> R + Send) -> R {
-    let others = rayon::current_num_threads().saturating_sub(1);
-    if others == 0 {
-        return f();
-    }
     let done = AtomicBool::new(false);
     let done = &done;
-    // `scope` moves the call onto a worker (without allocating, as it spawns nothing), so
-    // the stepping thread's index is known before anything can poll
+    // `scope` moves the call onto a worker (without allocating, as it spawns nothing): the
+    // step's parallel loops then start from inside the pool, even with one thread, where a
+    // call from outside would hand each loop to the pool's thread and wait for it; and the
+    // stepping thread's index is known before anything can poll
     rayon::scope(move |_| {
+        let others = rayon::current_num_threads().saturating_sub(1);
+        if others == 0 {
+            return f();
+        }
         let me = rayon::current_thread_index();
         let (r, ()) = rayon::join_context(
             |_| {
@@ -113,6 +115,15 @@ mod tests {
                 assert_eq!(*s, want, "{threads} threads, step {step}");
             }
         }
+    }
+
+    /// Called from outside any pool, the step runs on a worker of the global pool, so that
+    /// its loops start inside it (a pool of one thread too: from outside, each loop would be
+    /// handed to the pool's thread and waited for; 1.8x slower on SmolLM2).
+    #[test]
+    fn the_step_runs_on_a_worker() {
+        assert!(rayon::current_thread_index().is_none());
+        assert!(in_pool_warm(rayon::current_thread_index).is_some());
     }
 
     /// The step's work is shared: with two threads the other worker runs part of it.
