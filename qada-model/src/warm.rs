@@ -33,9 +33,10 @@ pub(crate) fn in_pool_warm<R: Send>(f: impl FnOnce() -> R + Send) -> R {
         let me = rayon::current_thread_index();
         let (r, ()) = rayon::join_context(
             |_| {
-                let r = f();
-                done.store(true, Ordering::Release);
-                r
+                // set when `f` returns or unwinds: a panic in the step must reach the caller,
+                // not leave the pollers polling and `join` waiting for them
+                let _done = SetOnDrop(done);
+                f()
             },
             |ctx| {
                 // not migrated: the stepping thread took it back after the step; nothing to do
@@ -46,6 +47,15 @@ pub(crate) fn in_pool_warm<R: Send>(f: impl FnOnce() -> R + Send) -> R {
         );
         r
     })
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for SetOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
 }
 
 /// Poll rayon's pool for work until `done`, on `others` workers: this one and, through a
@@ -124,6 +134,24 @@ mod tests {
     fn the_step_runs_on_a_worker() {
         assert!(rayon::current_thread_index().is_none());
         assert!(in_pool_warm(rayon::current_thread_index).is_some());
+    }
+
+    /// A panic inside the step reaches the caller; the pollers stop.
+    #[test]
+    fn a_panic_in_the_step_reaches_the_caller() {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let r = pool.install(|| {
+            std::panic::catch_unwind(|| {
+                in_pool_warm(|| {
+                    let _: u64 = (0..1000u64).into_par_iter().sum();
+                    panic!("in the step")
+                })
+            })
+        });
+        assert!(r.is_err());
     }
 
     /// The step's work is shared: with two threads the other worker runs part of it.
