@@ -31,19 +31,16 @@ pub(crate) fn in_pool_warm<R: Send>(f: impl FnOnce() -> R + Send) -> R {
             return f();
         }
         let me = rayon::current_thread_index();
-        let (r, ()) = rayon::join_context(
-            |_| {
+        // if the stepping thread takes the second job back after the step, `keep_warm`
+        // sees `me` and returns
+        let (r, ()) = rayon::join(
+            || {
                 // set when `f` returns or unwinds: a panic in the step must reach the caller,
                 // not leave the pollers polling and `join` waiting for them
                 let _done = SetOnDrop(done);
                 f()
             },
-            |ctx| {
-                // not migrated: the stepping thread took it back after the step; nothing to do
-                if ctx.migrated() {
-                    keep_warm(done, me, others);
-                }
-            },
+            || keep_warm(done, me, others),
         );
         r
     })
@@ -74,15 +71,8 @@ fn keep_warm(done: &AtomicBool, me: Option<usize>, others: usize) {
         }
     };
     if others > 1 {
-        rayon::join_context(
-            |_| poll(),
-            |ctx| {
-                // not migrated: this thread, already polling, took it back
-                if ctx.migrated() {
-                    keep_warm(done, me, others - 1);
-                }
-            },
-        );
+        // taken back by this thread, the second job finds `done` set and returns
+        rayon::join(poll, || keep_warm(done, me, others - 1));
     } else {
         poll();
     }

@@ -41,17 +41,16 @@ unsafe fn dot_u8_i8_i32(w: __m256i, x: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
 }
 
-/// The parts of a Q4_K or Q5_K block the shared kernels [`dot_k4`] and [`dot_k4_q8k`] (and
-/// `avx512_int8.rs`'s) read.
-pub(super) struct K4Parts<'b> {
-    pub(super) d: F16Bytes,
-    pub(super) dmin: F16Bytes,
-    pub(super) scales: &'b [u8; 12],
-    pub(super) qs: &'b [u8; 128],
+/// The parts of a Q4_K or Q5_K block the shared kernels [`dot_k4`] and [`dot_k4_q8k`] read.
+struct K4Parts<'b> {
+    d: F16Bytes,
+    dmin: F16Bytes,
+    scales: &'b [u8; 12],
+    qs: &'b [u8; 128],
 }
 
 impl K4Parts<'_> {
-    pub(super) fn q4_k(blk: &BlockQ4K) -> K4Parts<'_> {
+    fn q4_k(blk: &BlockQ4K) -> K4Parts<'_> {
         K4Parts {
             d: blk.d,
             dmin: blk.dmin,
@@ -59,7 +58,7 @@ impl K4Parts<'_> {
             qs: &blk.qs,
         }
     }
-    pub(super) fn q5_k(blk: &BlockQ5K) -> K4Parts<'_> {
+    fn q5_k(blk: &BlockQ5K) -> K4Parts<'_> {
         K4Parts {
             d: blk.d,
             dmin: blk.dmin,

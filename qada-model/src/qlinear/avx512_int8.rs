@@ -35,7 +35,6 @@ use qada_stats::simd::x86::hsum;
 
 use super::acts::{BSUM, Q8K, QK_K};
 use super::avx2::f16;
-use super::avx2_int8::K4Parts;
 use crate::quant::{k4_scales_mins, BlockQ5K, BlockQ6K};
 
 /// `a` in the lower 256 bits, `b` in the upper.
@@ -54,18 +53,17 @@ unsafe fn fold(v: __m512i) -> __m256i {
     _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64::<1>(v))
 }
 
-/// Q5_K row (or, with `qh` giving `None`, Q4_K's layout) against the Q8_K activations `k`:
-/// per block `b`,
+/// Q5_K row against the Q8_K activations `k`: per block `b`,
 /// `d d_x sum_s sc_s sum_j q_j q_x,j - dmin d_x sum_s m_s sum_j q_x,j` over the eight
 /// sub-blocks `s` of 32 values, both sums in i32, one FMA each per block
-/// (`avx2_int8::dot_k4_q8k`'s bits). `qh(blk)` gives Q5_K's 32 bytes of fifth bits in both
-/// halves (`None` for Q4_K): bit `s` of byte `l` is the fifth bit of value `l` of sub-block `s`.
+/// (`avx2_int8::dot_q5_k_q8k`'s bits). The block's 32 bytes of fifth bits `qh` sit in both
+/// halves of a register: bit `s` of byte `l` is the fifth bit of value `l` of sub-block `s`.
 ///
 /// Pair `g` of sub-blocks: the 32 bytes `qs[32 g ..]` in both halves, the upper half shifted
-/// right by 4, masked to nibbles (sub-block `2 g` below, `2 g + 1` above), meet the 64
-/// activations `64 g ..` as they lie.
+/// right by 4, masked to nibbles (sub-block `2 g` below, `2 g + 1` above), plus 16 where the
+/// fifth bit is set, meet the 64 activations `64 g ..` as they lie.
 ///
-/// Bounds: `q <= 31` (15 without the fifth bit), `|q_x| <= 127`: a `vpdpbusd` lane is at most
+/// Bounds: `q <= 31`, `|q_x| <= 127`: a `vpdpbusd` lane is at most
 /// `4 * 31 * 127 = 15748 < 2^15`, so its low 16 bits are its value; `vpdpwssd` by the scale
 /// (`<= 63`, upper 16 bits zero) adds `<= 992124` per pair, four pairs `<= 3968496` per lane,
 /// the halves added `<= 7.9e6 < 2^24` (AVX2's lanes: exact in f32). Mins as AVX2: a
@@ -73,25 +71,19 @@ unsafe fn fold(v: __m512i) -> __m256i {
 ///
 /// # Safety
 /// The CPU supports the features enabled; `k` holds at least `row.len()` blocks.
-#[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn dot_k4_q8k<B>(
-    row: &[B],
-    k: &Q8K,
-    parts: impl Fn(&B) -> K4Parts<'_>,
-    qh: impl Fn(&B) -> Option<__m512i>,
-) -> f32 {
+pub(crate) unsafe fn dot_q5_k_q8k(row: &[BlockQ5K], k: &Q8K) -> f32 {
     let nb = row.len();
     assert!(k.q.len() >= QK_K * nb && k.d.len() >= nb && k.bsums.len() >= QK_K / BSUM * nb);
     let (low, fifth) = (_mm512_set1_epi8(0x0f), _mm512_set1_epi8(0x10));
     let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm_setzero_ps());
     for (b, blk) in row.iter().enumerate() {
-        let p = parts(blk);
-        let qh = qh(blk);
-        let sm = k4_scales_mins(p.scales);
-        // SAFETY: the 16-byte load reads exactly `sm`; the assert makes `k.bsums` hold 16
-        // sums per block and `k.q` 256 values per block, so the loads at 16 b and at
-        // 256 b + 64 g (64 bytes) are in them; 32 g + 32 <= 128 bytes of `qs`.
+        let sm = k4_scales_mins(&blk.scales);
+        // SAFETY: the 16-byte load reads exactly `sm`, the 32-byte one exactly `qh`; the
+        // assert makes `k.bsums` hold 16 sums per block and `k.q` 256 values per block, so
+        // the loads at 16 b and at 256 b + 64 g (64 bytes) are in them; 32 g + 32 <= 128
+        // bytes of `qs`.
+        let qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(blk.qh.as_ptr().cast::<__m256i>()));
         let sm = _mm_loadu_si128(sm.as_ptr().cast::<__m128i>());
         // the eight scales as i32 (lanes 0-7; 8-15 the mins), upper 16 bits zero
         let scales = _mm512_cvtepu8_epi32(sm);
@@ -101,22 +93,24 @@ unsafe fn dot_k4_q8k<B>(
         let sub = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
         let mins = _mm_madd_epi16(mins, sub);
         let dx = k.d[b];
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(f16(p.dmin) * dx), _mm_cvtepi32_ps(mins), acc_m);
+        acc_m = _mm_fmadd_ps(
+            _mm_set1_ps(f16(blk.dmin) * dx),
+            _mm_cvtepi32_ps(mins),
+            acc_m,
+        );
         let mut sums = _mm512_setzero_si512();
         for g in 0..4 {
             let q = _mm512_broadcast_i64x4(_mm256_loadu_si256(
-                p.qs.as_ptr().add(32 * g).cast::<__m256i>(),
+                blk.qs.as_ptr().add(32 * g).cast::<__m256i>(),
             ));
             let x = _mm512_loadu_si512(k.q.as_ptr().add(QK_K * b + 64 * g).cast());
             // low nibbles (sub-block 2 g) below, high nibbles (2 g + 1) above
             let mut w = _mm512_and_si512(_mm512_mask_srli_epi16::<4>(q, 0xffff_0000, q), low);
-            if let Some(h) = qh {
-                let bits = halves(
-                    _mm256_set1_epi8((1u8 << (2 * g)) as i8),
-                    _mm256_set1_epi8((1u8 << (2 * g + 1)) as i8),
-                );
-                w = _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(h, bits), w, fifth);
-            }
+            let bits = halves(
+                _mm256_set1_epi8((1u8 << (2 * g)) as i8),
+                _mm256_set1_epi8((1u8 << (2 * g + 1)) as i8),
+            );
+            w = _mm512_mask_add_epi8(w, _mm512_test_epi8_mask(qh, bits), w, fifth);
             let sc = _mm512_permutexvar_epi32(
                 halves(
                     _mm256_set1_epi32(2 * g as i32),
@@ -128,31 +122,12 @@ unsafe fn dot_k4_q8k<B>(
             sums = _mm512_dpwssd_epi32(sums, lanes, sc);
         }
         acc = _mm256_fmadd_ps(
-            _mm256_set1_ps(f16(p.d) * dx),
+            _mm256_set1_ps(f16(blk.d) * dx),
             _mm256_cvtepi32_ps(fold(sums)),
             acc,
         );
     }
     hsum(acc) - hsum(_mm256_zextps128_ps256(acc_m))
-}
-
-/// Q5_K row against the Q8_K activations `k` ([`dot_k4_q8k`] with Q5_K's fifth bits).
-///
-/// # Safety
-/// The CPU supports the features enabled; `k` holds at least `row.len()` blocks.
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-pub(crate) unsafe fn dot_q5_k_q8k(row: &[BlockQ5K], k: &Q8K) -> f32 {
-    dot_k4_q8k(
-        row,
-        k,
-        K4Parts::q5_k,
-        // SAFETY: the 32-byte load reads exactly `qh`.
-        |blk| {
-            Some(_mm512_broadcast_i64x4(_mm256_loadu_si256(
-                blk.qh.as_ptr().cast::<__m256i>(),
-            )))
-        },
-    )
 }
 
 /// Q6_K row against the Q8_K activations `k`: per block,
