@@ -140,12 +140,16 @@ pub(crate) fn matmul(
             Some((r0, out))
         })
         .collect::<Option<Vec<_>>>()?;
-    for (r0, out) in tiles {
-        let width = out.len() / n.max(1);
-        for (t, o) in out.chunks_exact(width.max(1)).enumerate().take(n) {
-            y[t * rows + r0..t * rows + r0 + width].copy_from_slice(o);
-        }
-    }
+    // token by token in parallel: each token's row of `y` gathers its part of every tile
+    y[..n * rows]
+        .par_chunks_mut(rows.max(1))
+        .enumerate()
+        .for_each(|(t, yt)| {
+            for (r0, out) in &tiles {
+                let width = out.len() / n;
+                yt[*r0..r0 + width].copy_from_slice(&out[t * width..(t + 1) * width]);
+            }
+        });
     Some(())
 }
 
