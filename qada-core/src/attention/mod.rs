@@ -30,6 +30,8 @@ mod avx2_q8;
 mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod avx512_blocks;
+#[cfg(target_arch = "x86_64")]
+mod avx512_tiles;
 mod column_masses;
 mod column_tile;
 mod elem;

@@ -14,7 +14,12 @@ use half::slice::HalfFloatSliceExt;
 use qada_stats::{Q8Block, Rows, Q8_BLOCK};
 use rayon::prelude::*;
 
-use super::exp::exp_in_place;
+#[cfg(target_arch = "x86_64")]
+use qada_stats::simd::Avx512;
+
+#[cfg(target_arch = "x86_64")]
+use super::avx512_tiles;
+use super::exp::{exp_in_place, max_score};
 use super::matmul::gemm_strided;
 use super::score_map::ScoreMap;
 use crate::{CoreError, Result};
@@ -72,6 +77,19 @@ fn tile_f32<'a>(x: Rows<'a>, r0: usize, r1: usize, d: usize, buf: &'a mut Vec<f3
     }
 }
 
+/// The AVX-512 tile products (`avx512_tiles.rs`) where the CPU has them and `d % 16 == 0`;
+/// `None`: `gemm`'s.
+#[cfg(target_arch = "x86_64")]
+fn tile_kernels(d: usize) -> Option<Avx512> {
+    Avx512::detect().filter(|_| d.is_multiple_of(16))
+}
+
+/// `None`: `gemm`'s tile products.
+#[cfg(not(target_arch = "x86_64"))]
+fn tile_kernels(_: usize) -> Option<std::convert::Infallible> {
+    None
+}
+
 /// Attention of one query head (`q`: `n` rows of stride `q_rs`) over one KV head's cached
 /// rows; writes `n x d` into `out`. Shapes are checked by [`prefill_attention`].
 #[allow(clippy::too_many_arguments)]
@@ -96,15 +114,26 @@ fn head_attention(
     let mut l = vec![0.0f64; n];
     out[..n * d].iter_mut().for_each(|o| *o = 0.0);
     let mut s = vec![0.0f32; n * TILE];
-    let mut pv = vec![0.0f32; n * d];
+    let tiles = tile_kernels(d);
+    let mut pv = if tiles.is_some() {
+        Vec::new()
+    } else {
+        vec![0.0f32; n * d]
+    };
     let (mut kbuf, mut vbuf) = (Vec::new(), Vec::new());
+    #[cfg(target_arch = "x86_64")]
+    let mut pack = Vec::new();
     let mut c0 = start(0) / TILE * TILE;
     while c0 < t.min(end(n - 1)) {
         let c1 = (c0 + TILE).min(t);
         let w = c1 - c0;
         let kt = tile_f32(keys, c0, c1, d, &mut kbuf);
         // S = Q_h K_t^T: (n x d) (d x w)
-        gemm_strided(n, w, d, &mut s, w, q, q_rs, 1, kt, 1, d);
+        match tiles {
+            #[cfg(target_arch = "x86_64")]
+            Some(token) => avx512_tiles::scores(token, q, q_rs, n, kt, w, d, &mut pack, &mut s),
+            _ => gemm_strided(n, w, d, &mut s, w, q, q_rs, 1, kt, 1, d),
+        }
         for i in 0..n {
             let row = &mut s[i * w..(i + 1) * w];
             let (a, b) = (start(i).clamp(c0, c1) - c0, end(i).clamp(c0, c1) - c0);
@@ -112,11 +141,8 @@ fn head_attention(
                 row.iter_mut().for_each(|x| *x = 0.0);
                 continue;
             }
-            let mut mt = f32::NEG_INFINITY;
-            for x in row[a..b].iter_mut() {
-                *x = map.apply(*x);
-                mt = mt.max(*x);
-            }
+            map.apply_in_place(&mut row[a..b]);
+            let mt = max_score(&row[a..b], f32::NEG_INFINITY);
             let m_new = m[i].max(mt);
             let alpha = (m[i] - m_new).exp();
             let sum = exp_in_place(&mut row[a..b], m_new);
@@ -130,8 +156,14 @@ fn head_attention(
         }
         let vt = tile_f32(values, c0, c1, d, &mut vbuf);
         // O += P V_t: (n x w) (w x d)
-        gemm_strided(n, d, w, &mut pv, d, &s, w, 1, vt, d, 1);
-        out[..n * d].iter_mut().zip(&pv).for_each(|(o, p)| *o += p);
+        match tiles {
+            #[cfg(target_arch = "x86_64")]
+            Some(token) => avx512_tiles::accumulate(token, &s, w, n, vt, w, d, out),
+            _ => {
+                gemm_strided(n, d, w, &mut pv, d, &s, w, 1, vt, d, 1);
+                out[..n * d].iter_mut().zip(&pv).for_each(|(o, p)| *o += p);
+            }
+        }
         c0 = c1;
     }
     for i in 0..n {

@@ -34,6 +34,13 @@ impl ScoreMap {
         }
     }
 
+    /// [`ScoreMap::apply`] on every dot product of `s`, in place: a scaling pass that
+    /// vectorizes, then the cap where the model has one.
+    pub fn apply_in_place(&self, s: &mut [f32]) {
+        s.iter_mut().for_each(|x| *x *= self.scale);
+        self.cap_in_place(s);
+    }
+
     /// Cap scores that are already scaled, in place (nothing without a cap).
     pub fn cap_in_place(&self, s: &mut [f32]) {
         if let Some(cap) = self.softcap {
