@@ -15,12 +15,14 @@
 //!   kernel (the AVX-512 one for f32 and f16 accumulates when [`qada_stats::simd::Avx512::detect`]
 //!   gives a token and `d % 16 == 0`, else the AVX2 one when [`qada_stats::simd::Avx2::detect`]
 //!   does);
-//! - `portable`, `avx2`, `avx2_q8` (q8 rows), `avx512` (the column page masses) and
-//!   `avx512_blocks` (the GQA accumulate kernel on 16 lanes): the kernels themselves;
+//! - `portable`, `avx2`, `avx2_q8` (q8 rows), `avx512` (the column page masses),
+//!   `avx512_blocks` (the GQA accumulate kernel on 16 lanes) and `avx512_tiles` (prefill's
+//!   `S = Q K^T` and `O += P V` tiles): the kernels themselves;
 //! - `softmax`: the reference [`scores`], [`softmax_attend`], [`dense_attention`] and
 //!   [`local_attention`];
 //! - `prefill`: [`prefill_attention`], prefill's causal attention of a block of queries in
-//!   tiles of keys with a running softmax, through [`gemm_strided`] (`gemm`).
+//!   tiles of keys with a running softmax, its products through `avx512_tiles` or
+//!   [`gemm_strided`] (`gemm`).
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;

@@ -8,7 +8,8 @@
 //!
 //! with `s = scale * q k`. Memory is `O(n * TILE)` per head whatever the context length; an
 //! f16 or q8 cache is converted (q8: dequantized, `d q`) one tile at a time. Scores and
-//! weighted sums go through gemm ([`gemm_strided`]); heads run in parallel.
+//! weighted sums go through the AVX-512 tile kernels (`avx512_tiles.rs`) where the CPU has
+//! them and `d % 16 == 0`, else through gemm ([`gemm_strided`]); heads run in parallel.
 
 use half::slice::HalfFloatSliceExt;
 use qada_stats::{Q8Block, Rows, Q8_BLOCK};
