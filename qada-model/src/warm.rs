@@ -83,15 +83,20 @@ mod tests {
     use super::*;
     use rayon::prelude::*;
 
+    /// A pool of its own with `threads` workers.
+    fn pool(threads: usize) -> rayon::ThreadPool {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap()
+    }
+
     /// Parallel loops inside the warm step run and finish, their results those of a plain
     /// loop, and the call returns (the pollers stop) on pools of one to four threads.
     #[test]
     fn parallel_work_inside_a_warm_step_completes_and_the_pollers_stop() {
         for threads in 1..=4 {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
+            let pool = pool(threads);
             let sums = pool.install(|| {
                 (0..50)
                     .map(|step| {
@@ -129,10 +134,7 @@ mod tests {
     /// A panic inside the step reaches the caller; the pollers stop.
     #[test]
     fn a_panic_in_the_step_reaches_the_caller() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = pool(2);
         let r = pool.install(|| {
             std::panic::catch_unwind(|| {
                 in_pool_warm(|| {
@@ -147,10 +149,7 @@ mod tests {
     /// The step's work is shared: with two threads the other worker runs part of it.
     #[test]
     fn the_other_worker_takes_part_of_the_step() {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(2)
-            .build()
-            .unwrap();
+        let pool = pool(2);
         let seen = pool.install(|| {
             in_pool_warm(|| {
                 (0..64)
