@@ -411,7 +411,7 @@ proptest! {
     #[test]
     fn block_kernels_equal_per_head_products(
         d in prop_oneof![Just(8usize), Just(13), Just(64), Just(72), Just(128)],
-        h in 1usize..5,
+        h in 1usize..10,
         n in 1usize..150,
         seed in any::<u64>(),
     ) {

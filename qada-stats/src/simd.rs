@@ -58,7 +58,7 @@ impl AvxVnni {
 }
 
 /// Proof that this CPU runs AVX-512 Foundation code (16 f32 lanes, `vcvtph2ps` on 16 halves,
-/// `vscalefps`; the page masses, the GQA accumulate kernel, the quadratic forms) besides AVX2,
+/// `vscalefps`; the page masses, the GQA block kernels, the quadratic forms) besides AVX2,
 /// FMA and F16C, and that neither `QADA_PORTABLE` nor
 /// `QADA_NO_AVX512` is set (the latter keeps the AVX2 kernels on such a CPU, for tests and
 /// comparisons).
@@ -157,7 +157,7 @@ fn cpu_has_avx_vnni() -> bool {
 
 /// The kernel sets this process runs, by the tokens detection gives: `portable` alone, or
 /// `avx2` (every kernel with an AVX2 path) plus `avx-vnni` (int8 prefill tiles), `avx512f`
-/// (the channel rule's column page masses, the f16 and f32 GQA accumulate kernel, the
+/// (the channel rule's column page masses, the f16 and f32 GQA block kernels, the
 /// moments' quadratic forms) and `avx512-vnni` (decoding's int8 products of eight rows and of
 /// Q5_K and Q6_K rows, int8 prefill tiles) where they are detected. What `qada bench` records beside
 /// its figures.

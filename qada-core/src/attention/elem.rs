@@ -1,6 +1,6 @@
 //! [`Elem`]: the element types of cached rows (f32, f16, q8_0 blocks) and their kernels, with
-//! the safe entry points that check shapes once and choose between the AVX2 and the portable
-//! kernels.
+//! the safe entry points that check shapes once and choose between the AVX-512, the AVX2 and
+//! the portable kernels (AVX-512's block kernels give the AVX2 ones' bits).
 //!
 //! An element holds [`Elem::VALUES`] values: 1 for f32 and f16, 32 for a [`Q8Block`]
 //! (`x_i ~ d q_i`). Lengths `d`, `h`, `n` below count values and rows; a row of `d` values is
@@ -153,6 +153,13 @@ impl Elem for f32 {
             out.len(),
         )?;
         #[cfg(target_arch = "x86_64")]
+        if let (0, Some(t)) = (d % 8, Avx512::detect()) {
+            // SAFETY: the token proves AVX-512F, AVX2, FMA and F16C; `check_block` proved
+            // `d > 0`, whole rows and `out.len() >= h * n`, and `d % 8 == 0` here.
+            unsafe { super::avx512_blocks::block_scores_f32(t, queries, keys, d, scale, out) };
+            return Ok(());
+        }
+        #[cfg(target_arch = "x86_64")]
         if let (0, Some(t)) = (d % 8, Avx2::detect()) {
             // SAFETY: the token proves AVX2, FMA and F16C; `check_block` proved `d > 0`,
             // whole rows and `out.len() >= h * n`, and `d % 8 == 0` here: the kernel's contract.
@@ -226,6 +233,13 @@ impl Elem for f16 {
             keys.len(),
             out.len(),
         )?;
+        #[cfg(target_arch = "x86_64")]
+        if let (0, true, Some(t)) = (d % 8, d <= super::avx2::MAX_D, Avx512::detect()) {
+            // SAFETY: the token proves AVX-512F, AVX2, FMA and F16C; `check_block` proved
+            // `d > 0`, whole rows and `out.len() >= h * n`, and `d % 8 == 0` here.
+            unsafe { super::avx512_blocks::block_scores(t, queries, keys, d, scale, out) };
+            return Ok(());
+        }
         #[cfg(target_arch = "x86_64")]
         if let (0, true, Some(t)) = (d % 8, d <= super::avx2::MAX_D, Avx2::detect()) {
             // SAFETY: the token proves AVX2, FMA and F16C; `check_block` proved `d > 0`,

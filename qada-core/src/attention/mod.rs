@@ -12,11 +12,11 @@
 //! - `column_masses`: [`column_page_masses`], per page the log mass of scores from keys stored
 //!   by column (the channel rule's scoring, the scores kept in a tile per page);
 //! - [`Elem`] (`elem`): f32, f16 and q8 rows ([`qada_stats::Q8Block`], read in place), the safe entry points that check shapes and choose a
-//!   kernel (the AVX-512 one for f32 and f16 accumulates when [`qada_stats::simd::Avx512::detect`]
-//!   gives a token and `d % 16 == 0`, else the AVX2 one when [`qada_stats::simd::Avx2::detect`]
-//!   does);
+//!   kernel (the AVX-512 one for f32 and f16 block scores and accumulates when
+//!   [`qada_stats::simd::Avx512::detect`] gives a token and `d % 8 == 0` or `d % 16 == 0`, else
+//!   the AVX2 one when [`qada_stats::simd::Avx2::detect`] does);
 //! - `portable`, `avx2`, `avx2_q8` (q8 rows), `avx512` (the column page masses),
-//!   `avx512_blocks` (the GQA accumulate kernel on 16 lanes) and `avx512_tiles` (prefill's
+//!   `avx512_blocks` (the GQA block kernels on 16 lanes, AVX2's bits) and `avx512_tiles` (prefill's
 //!   `S = Q K^T` and `O += P V` tiles): the kernels themselves;
 //! - `softmax`: the reference [`scores`], [`softmax_attend`], [`dense_attention`] and
 //!   [`local_attention`];
