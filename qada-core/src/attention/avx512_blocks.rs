@@ -383,17 +383,11 @@ mod tests {
     use proptest::prelude::*;
     use qada_stats::simd::Avx2;
 
-    /// Values with many mantissa bits (so a changed summation order shows), exact in f16.
+    /// [`super::super::test_noise::noise`] rounded to f16, so f16 and f32 rows hold the same
+    /// numbers; their products still carry enough bits that a changed summation order shows.
     fn noise(n: usize, seed: u64) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                f16::from_f32((x % 20_001) as f32 / 7_919.0 - 1.26).to_f32()
-            })
-            .collect()
+        let v = super::super::test_noise::noise(n, seed);
+        v.iter().map(|&x| f16::from_f32(x).to_f32()).collect()
     }
 
     proptest! {

@@ -277,20 +277,9 @@ unsafe fn accumulate_block<const R: usize, const C: usize>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_noise::noise;
     use super::*;
     use proptest::prelude::*;
-
-    fn noise(n: usize, seed: u64) -> Vec<f32> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x % 2001) as f32 / 1000.0 - 1.0
-            })
-            .collect()
-    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(64))]

@@ -47,6 +47,8 @@ mod q8_props;
 mod score_map;
 mod segments;
 mod softmax;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod test_noise;
 
 pub use column_masses::column_page_masses;
 pub use elem::Elem;
