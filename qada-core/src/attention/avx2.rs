@@ -172,9 +172,6 @@ pub unsafe fn max_score(_: Avx2, s: &[f32], init: f32) -> f32 {
     chunks.remainder().iter().fold(m, |x, &y| x.max(y))
 }
 
-/// Largest row length the f16 block kernels accept (kept for the callers' shape checks).
-pub const MAX_D: usize = 512;
-
 /// Eight f16 at `p + i` widened to f32.
 ///
 /// # Safety

@@ -234,14 +234,14 @@ impl Elem for f16 {
             out.len(),
         )?;
         #[cfg(target_arch = "x86_64")]
-        if let (0, true, Some(t)) = (d % 8, d <= super::avx2::MAX_D, Avx512::detect()) {
+        if let (0, Some(t)) = (d % 8, Avx512::detect()) {
             // SAFETY: the token proves AVX-512F, AVX2, FMA and F16C; `check_block` proved
             // `d > 0`, whole rows and `out.len() >= h * n`, and `d % 8 == 0` here.
             unsafe { super::avx512_blocks::block_scores(t, queries, keys, d, scale, out) };
             return Ok(());
         }
         #[cfg(target_arch = "x86_64")]
-        if let (0, true, Some(t)) = (d % 8, d <= super::avx2::MAX_D, Avx2::detect()) {
+        if let (0, Some(t)) = (d % 8, Avx2::detect()) {
             // SAFETY: the token proves AVX2, FMA and F16C; `check_block` proved `d > 0`,
             // whole rows and `out.len() >= h * n`, and `d % 8 == 0` here.
             unsafe { super::avx2::block_scores(t, queries, keys, d, scale, out) };
@@ -260,14 +260,14 @@ impl Elem for f16 {
             weights.len(),
         )?;
         #[cfg(target_arch = "x86_64")]
-        if let (0, true, Some(t)) = (d % 16, d <= super::avx2::MAX_D, Avx512::detect()) {
+        if let (0, Some(t)) = (d % 16, Avx512::detect()) {
             // SAFETY: the token proves AVX-512F, AVX2, FMA and F16C; `check_block` proved
             // `d > 0`, whole rows and `weights.len() >= h * n`, and `d % 16 == 0` here.
             unsafe { super::avx512_blocks::block_accumulate(t, acc, weights, values, d) };
             return Ok(());
         }
         #[cfg(target_arch = "x86_64")]
-        if let (0, true, Some(t)) = (d % 8, d <= super::avx2::MAX_D, Avx2::detect()) {
+        if let (0, Some(t)) = (d % 8, Avx2::detect()) {
             // SAFETY: the token proves AVX2, FMA and F16C; `check_block` proved `d > 0`,
             // whole rows and `weights.len() >= h * n`, and `d % 8 == 0` here.
             unsafe { super::avx2::block_accumulate(t, acc, weights, values, d) };
