@@ -724,6 +724,25 @@ fn bench_reports_speed_bytes_and_the_oracle_ceiling() {
     );
     assert!(f("decide_then_dense_tokens_per_s") > 0.0);
     assert!(f("decision_share_of_adaptive_step").is_finite());
+    // every mode's step is timed by attention phase, inside the step: the phases sum to their
+    // total, which is part of the step; the window plans no bulk task, dense reads 600 rows
+    for mode in ["dense", "adaptive", "decide_then_dense"] {
+        let ph = &r[format!("{mode}_attention_ms_per_token")];
+        let g = |k: &str| {
+            ph[k]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{mode} {k} in {r}"))
+        };
+        let sum = g("local") + g("decide") + g("bulk") + g("merge");
+        assert!((sum - g("total")).abs() < 1e-9, "{mode}: {ph}");
+        assert!(g("local") > 0.0 && g("merge") > 0.0, "{mode}: {ph}");
+        assert!(
+            g("total") < f(&format!("{mode}_ms_per_token")),
+            "{mode}: {r}"
+        );
+    }
+    let bulk = |mode: &str| r[format!("{mode}_attention_ms_per_token")]["bulk"].as_f64();
+    assert!(bulk("adaptive") < bulk("dense"), "{r}");
 }
 
 /// `analyze` and `generate` on every architecture of the synthetic references (tiny files in

@@ -42,6 +42,38 @@ pub struct Accounting {
     pub sliding_kv_bytes: f64,
     /// Layer-steps recorded as sliding-window layers.
     pub sliding_layer_steps: u64,
+    /// Wall time of the recorded (non-sliding) layers' attention, by phase.
+    pub times: PhaseTimes,
+}
+
+/// Wall time of attention steps by phase, in seconds, as [`crate::attend_layer`] measures
+/// them: the local scores, the decisions (and the page choice), the bulk rows read, and local
+/// and bulk merged. Measured, not counted: they differ between runs and hosts.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PhaseTimes {
+    /// Phase 1: the sink and window scores of every head.
+    pub local: f64,
+    /// Phase 2: the criterion's decisions and, for a selecting criterion, its page choice.
+    pub decide: f64,
+    /// Phase 3: the bulk rows the long heads read.
+    pub bulk: f64,
+    /// Phase 4: the local weights and values, merged with the bulk's partial states.
+    pub merge: f64,
+}
+
+impl PhaseTimes {
+    /// The four phases together.
+    pub fn total(&self) -> f64 {
+        self.local + self.decide + self.bulk + self.merge
+    }
+
+    /// Add `other`'s times phase by phase.
+    pub fn add(&mut self, other: &PhaseTimes) {
+        self.local += other.local;
+        self.decide += other.decide;
+        self.bulk += other.bulk;
+        self.merge += other.merge;
+    }
 }
 
 /// What one decision costs beyond the local scores: FLOPs per query head and bytes read per
@@ -78,6 +110,7 @@ impl Accounting {
             dense_kv_bytes: 0.0,
             sliding_kv_bytes: 0.0,
             sliding_layer_steps: 0,
+            times: PhaseTimes::default(),
         }
     }
 
@@ -177,6 +210,7 @@ impl Accounting {
         self.record(
             layer, decisions, shape, cost, head_rows, group_rows, summaries,
         );
+        self.times.add(&reads.times);
     }
 
     /// The one place a layer's step is counted: FLOPs `4 (|I| + rows_h) d` per head plus the
@@ -314,6 +348,7 @@ impl Accounting {
         self.dense_kv_bytes += other.dense_kv_bytes;
         self.sliding_kv_bytes += other.sliding_kv_bytes;
         self.sliding_layer_steps += other.sliding_layer_steps;
+        self.times.add(&other.times);
     }
 }
 
@@ -350,6 +385,59 @@ mod tests {
         let mut merged = Accounting::new(2, 2);
         merged.merge(&acc);
         assert_eq!(merged, acc);
+    }
+
+    #[test]
+    fn layer_times_add_up_by_phase_and_merge() {
+        let mut acc = Accounting::new(2, 2);
+        let reads = |local, decide, bulk, merge| LayerReads {
+            times: PhaseTimes {
+                local,
+                decide,
+                bulk,
+                merge,
+            },
+            ..LayerReads::default()
+        };
+        let long = [Decision::LONG, Decision::LONG];
+        let cost = DecisionCost::default();
+        acc.record_layer_reads(
+            0,
+            &long,
+            &reads(1.0, 2.0, 4.0, 8.0),
+            100,
+            10,
+            8,
+            1,
+            2.0,
+            cost,
+        );
+        acc.record_layer_reads(
+            1,
+            &long,
+            &reads(0.5, 0.25, 0.0, 0.125),
+            100,
+            10,
+            8,
+            1,
+            2.0,
+            cost,
+        );
+        let want = PhaseTimes {
+            local: 1.5,
+            decide: 2.25,
+            bulk: 4.0,
+            merge: 8.125,
+        };
+        assert_eq!(acc.times, want);
+        assert_eq!(want.total(), 15.875);
+        // sliding layers are not decided: their time is not counted
+        acc.record_sliding_layer(50, 8, 1, 2.0);
+        assert_eq!(acc.times, want);
+        let mut merged = acc.clone();
+        merged.merge(&acc);
+        assert_eq!(merged.times.total(), 2.0 * want.total());
+        assert_eq!(merged.times.decide, 4.5);
     }
 
     #[test]

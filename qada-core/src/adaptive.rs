@@ -9,10 +9,13 @@
 //! `o = (sum_c exp(m_c - M) acc_c) / (sum_c exp(m_c - M) l_c)`, `M = max_c m_c`.
 //! Query head `h` reads KV head `h / (n_heads / n_kv_heads)`.
 
+use std::time::Instant;
+
 use rayon::prelude::*;
 
 use qada_stats::{f16, Q8Block, Rows};
 
+use crate::accounting::PhaseTimes;
 use crate::attention::{exp_in_place, max_score, Elem, KvSegments, ScoreMap};
 
 /// The KV heads of one layer as attention reads them: a slice of [`KvSegments`], or a view
@@ -438,7 +441,8 @@ impl Shape {
 /// - `out`: `n_heads x d` attention outputs.
 ///
 /// The step's decisions, one per query head, are left in [`LayerScratch::decisions`]. Four
-/// phases: the local scores, the decisions, the bulk rows read, and local and bulk merged.
+/// phases: the local scores, the decisions, the bulk rows read, and local and bulk merged;
+/// what they read and how long each took are left in [`LayerScratch::reads`].
 pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
     criterion: &C,
     layer: usize,
@@ -450,10 +454,22 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
 ) -> Result<()> {
     let map: ScoreMap = scores.into();
     let shape = Shape::check(queries, kv, out)?;
+    let t0 = Instant::now();
     scratch.score_local(shape, queries, kv, map)?;
+    let t1 = Instant::now();
     scratch.decide(shape, criterion, layer, queries, kv, map.scale)?;
+    let t2 = Instant::now();
     scratch.attend_bulk(shape, queries, kv, map)?;
-    scratch.merge_local_and_bulk(shape, kv, out)
+    let t3 = Instant::now();
+    scratch.merge_local_and_bulk(shape, kv, out)?;
+    let t4 = Instant::now();
+    scratch.reads.times = PhaseTimes {
+        local: (t1 - t0).as_secs_f64(),
+        decide: (t2 - t1).as_secs_f64(),
+        bulk: (t3 - t2).as_secs_f64(),
+        merge: (t4 - t3).as_secs_f64(),
+    };
+    Ok(())
 }
 
 impl LayerScratch {

@@ -70,7 +70,7 @@ pub mod lse;
 mod query;
 mod selection;
 
-pub use accounting::{Accounting, DecisionCost, HeadCounts};
+pub use accounting::{Accounting, DecisionCost, HeadCounts, PhaseTimes};
 pub use adaptive::{attend_layer, LayerKv, LayerScratch};
 pub use attention::{dense_attention, local_attention, KvSegments, ScoreMap};
 pub use criteria::{

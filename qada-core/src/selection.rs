@@ -11,6 +11,7 @@
 //! reads the union of its heads' pages once, and each head computes only over its own.
 //! [`LayerReads`] is what a layer's step read and computed, for the accounting.
 
+use crate::accounting::PhaseTimes;
 use crate::{CoreError, Result};
 
 /// Pages of up to this many rows are scored by channel without allocating (larger ones grow
@@ -227,6 +228,8 @@ pub struct LayerReads {
     pub summary_bytes: Vec<u64>,
     /// Per KV group: FLOPs spent selecting pages.
     pub summary_flops: Vec<u64>,
+    /// The step's wall time by phase.
+    pub times: PhaseTimes,
 }
 
 impl LayerReads {

@@ -215,6 +215,10 @@ proptest! {
         let summaries: u64 = reads.summary_bytes.iter().sum();
         let expect = ((heads.len() * local + rows) * 2 * d * 4) as f64 + summaries as f64;
         prop_assert!((acc.kv_bytes - expect).abs() < 1e-6 * expect);
+        // the step's phases were timed (the local scores and the merge always run), and the
+        // accounting took those times
+        prop_assert!(reads.times.local > 0.0 && reads.times.merge > 0.0, "{:?}", reads.times);
+        prop_assert_eq!(acc.times, reads.times);
         for (g, &r) in reads.group_rows.iter().enumerate() {
             // a group reads the union of its heads' rows, which is at least each head's
             let most = reads.head_rows[g * group..(g + 1) * group].iter().copied().max().unwrap();

@@ -10,6 +10,10 @@
 //! median and range of tokens per second are reported with the sparsity reached, the speed-up
 //! and the bytes each decoded token reads (weights plus K/V).
 //!
+//! Every mode's step is also timed inside: the attention of the layers a criterion decides,
+//! by phase (local scores, decisions and page choice, bulk, merge), as the session's
+//! accounting measures it, and the rest of the step (weights, norms, sliding layers).
+//!
 //! `--ceiling` adds one untimed run of the oracle at the same `tau`: the bytes a token would
 //! read if every head were labeled exactly, at no cost. `dense bytes / oracle bytes` bounds
 //! the speed-up any criterion of this family can reach at this `tau` on this model (decoding
@@ -22,7 +26,7 @@ mod report;
 use std::time::Instant;
 
 use indicatif::ProgressBar;
-use qada_core::{Dense, LocalityCriterion, Oracle};
+use qada_core::{Dense, LocalityCriterion, Oracle, PhaseTimes};
 use qada_kv::MomentsMode;
 use qada_model::ActPrecision;
 use qada_model::{Model, Sampler, SamplingParams, Session, SessionCheckpoint, SessionOptions};
@@ -93,6 +97,19 @@ fn decode_from(
         next = sampler.sample(session.step(next)?)?;
     }
     Ok(t0.elapsed().as_secs_f64())
+}
+
+/// Milliseconds a token of each attention phase (the layers a criterion decides), from their
+/// sum over `tokens` decoded tokens.
+fn phase_json(t: &PhaseTimes, tokens: f64) -> serde_json::Value {
+    let ms = |s: f64| s * 1e3 / tokens;
+    json!({
+        "local": ms(t.local),
+        "decide": ms(t.decide),
+        "bulk": ms(t.bulk),
+        "merge": ms(t.merge),
+        "total": ms(t.total()),
+    })
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -233,6 +250,9 @@ fn measure_depth(
     let mut speeds = [Vec::new(), Vec::new(), Vec::new()];
     let mut sparsity = f64::NAN;
     let mut kv_bytes = [0.0f64; 3];
+    // per mode, summed over its runs: the steps' seconds and their attention's by phase
+    let mut step_secs = [0.0f64; 3];
+    let mut phases = [PhaseTimes::default(); 3];
     for _ in 0..a.reps {
         for (mode, speed) in speeds.iter_mut().enumerate().take(modes) {
             let (criterion, moments) = match mode {
@@ -247,6 +267,8 @@ fn measure_depth(
             let secs = decode_from(session, &cp, criterion, moments, a.new_tokens)?;
             speed.push(a.new_tokens as f64 / secs);
             let acc = session.accounting();
+            step_secs[mode] += secs;
+            phases[mode].add(&acc.times);
             // sliding-window layers read their window whatever the criterion says
             kv_bytes[mode] = (acc.kv_bytes + acc.sliding_kv_bytes) / a.new_tokens as f64;
             if mode == 1 {
@@ -306,6 +328,15 @@ fn measure_depth(
         "dense_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[0]),
         "adaptive_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[1]),
     });
+    let tokens = (a.reps * a.new_tokens).max(1) as f64;
+    for (mode, name) in ["dense", "adaptive", "decide_then_dense"]
+        .iter()
+        .enumerate()
+        .take(modes)
+    {
+        row[format!("{name}_ms_per_token")] = json!(step_secs[mode] * 1e3 / tokens);
+        row[format!("{name}_attention_ms_per_token")] = phase_json(&phases[mode], tokens);
+    }
     if a.decision_cost {
         row["decide_then_dense_tokens_per_s"] = json!(decided);
         row["decide_then_dense_bytes_per_token"] = json!(weight_bytes + kv_bytes[2]);

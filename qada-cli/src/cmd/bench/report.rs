@@ -73,6 +73,7 @@ pub fn print_tables(a: &Args, h: &Header<'_>, results: &[serde_json::Value]) {
             f("adaptive_limit_tokens_per_s")
         );
     }
+    print_phases(a, results);
     if a.decision_cost {
         println!(
             "decision cost: the criterion decides (and chooses pages), then every head attends \
@@ -111,6 +112,48 @@ pub fn print_tables(a: &Args, h: &Header<'_>, results: &[serde_json::Value]) {
                 f("oracle_bytes_per_token") / 1e6,
                 f("oracle_limit_tokens_per_s"),
                 f("ceiling_speedup")
+            );
+        }
+    }
+}
+
+/// Where a step's time goes, per depth and mode: the attention of the layers a criterion
+/// decides, by phase, measured inside the step, and the rest of the step.
+fn print_phases(a: &Args, results: &[serde_json::Value]) {
+    println!(
+        "a step's time, ms a token (mean of the runs): attention of the decided layers by phase, \
+         measured inside the step (decide: decisions and page choice), and the rest (weights, \
+         norms, sliding layers, sampling)"
+    );
+    println!(
+        "{:>6} | {:>17} | {:>7} | {:>7} | {:>7} | {:>7} | {:>7} | {:>7}",
+        "depth", "mode", "step", "local", "decide", "bulk", "merge", "rest"
+    );
+    let modes = if a.decision_cost { 3 } else { 2 };
+    for r in results {
+        for (name, label) in [
+            ("dense", "dense"),
+            ("adaptive", "adaptive"),
+            ("decide_then_dense", "decide+dense"),
+        ]
+        .iter()
+        .take(modes)
+        {
+            let ph = &r[format!("{name}_attention_ms_per_token")];
+            let f = |k: &str| ph[k].as_f64().unwrap_or(f64::NAN);
+            let step = r[format!("{name}_ms_per_token")]
+                .as_f64()
+                .unwrap_or(f64::NAN);
+            println!(
+                "{:>6} | {:>17} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2}",
+                r["depth"].as_u64().unwrap_or(0),
+                label,
+                step,
+                f("local"),
+                f("decide"),
+                f("bulk"),
+                f("merge"),
+                step - f("total")
             );
         }
     }
