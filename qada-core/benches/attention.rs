@@ -406,6 +406,29 @@ fn channel_selection_group7(c: &mut Criterion) {
             })
         });
     }
+    // as a decoding step finds them: the summaries and the copy out of the caches (a step
+    // streams the weights between two layers' choices), 64 MB written before each call
+    let mut evict = vec![0u8; 64 << 20];
+    let crit = Pages::new(Approx::new(0.8).unwrap(), 0.8, P, PageRule::Channels(16)).unwrap();
+    let mut sel = PageSelection::new();
+    let mut decisions = vec![Decision::LONG; H];
+    group.bench_function("choose_pages/16/cold", |b| {
+        b.iter_batched(
+            || {
+                evict
+                    .iter_mut()
+                    .step_by(64)
+                    .for_each(|x| *x = x.wrapping_add(1));
+                black_box(&evict);
+            },
+            |()| {
+                decisions.fill(Decision::LONG);
+                crit.choose_pages(black_box(&inputs), &mut decisions, &mut sel)
+                    .unwrap()
+            },
+            criterion::BatchSize::PerIteration,
+        )
+    });
     group.finish();
 }
 

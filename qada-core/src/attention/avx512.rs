@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 use qada_stats::simd::Avx512;
 use qada_stats::ChannelColumn;
 
-use super::column_tile::{tile_stride, MAX_HEADS};
+use super::column_tile::{tile_len, tile_stride, MAX_HEADS};
 use super::exp_constants::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
 
 /// Columns one pass adds into the tile: eight 16-row chunks of them stay in registers.
@@ -79,17 +79,62 @@ unsafe fn ln16(x: __m512) -> __m512 {
     _mm512_fmadd_ps(e, _mm512_set1_ps(LN2_HI), _mm512_add_ps(f, y))
 }
 
-/// [`crate::attention::column_page_masses`] on 16 lanes: per page, the scores of every head
-/// into `tile` (up to eight columns a pass, each 16-row chunk of their codes converted and
-/// scaled once for all heads), then each head's maximum and exponentials in the tile, and
-/// the logarithms 16 pages at a time.
+/// How many pages ahead the kernel prefetches the columns' codes and scales.
+const PREFETCH_PAGES: usize = 8;
+
+/// Pages one block of the kernel scores before their maxima and sums are reduced together:
+/// one page per lane.
+const PAGES_PER_BLOCK: usize = 16;
+
+/// Reduce 16 vectors to one whose lane `j` is `op` over the 16 lanes of `v[j]` (a transposing
+/// tree: pairs within 128-bit lanes, then across them), 45 operations for 16 horizontal
+/// reductions. Every output lane combines values of its own input vector only.
+///
+/// # Safety
+/// The CPU has AVX-512F (register operations only).
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn reduce16(v: &[__m512; 16], op: impl Fn(__m512, __m512) -> __m512) -> __m512 {
+    // four vectors to one: lane (k, i) holds vector i's value over 128-bit lane k
+    let four = |a: __m512, b: __m512, c: __m512, d: __m512| {
+        let ab = op(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+        let cd = op(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+        op(
+            _mm512_shuffle_ps::<0x44>(ab, cd),
+            _mm512_shuffle_ps::<0xee>(ab, cd),
+        )
+    };
+    let u0 = four(v[0], v[1], v[2], v[3]);
+    let u1 = four(v[4], v[5], v[6], v[7]);
+    let u2 = four(v[8], v[9], v[10], v[11]);
+    let u3 = four(v[12], v[13], v[14], v[15]);
+    // 128-bit lanes 0 and 1 with 2 and 3, then the two halves
+    let w01 = op(
+        _mm512_shuffle_f32x4::<0b10_00_10_00>(u0, u1),
+        _mm512_shuffle_f32x4::<0b11_01_11_01>(u0, u1),
+    );
+    let w23 = op(
+        _mm512_shuffle_f32x4::<0b10_00_10_00>(u2, u3),
+        _mm512_shuffle_f32x4::<0b11_01_11_01>(u2, u3),
+    );
+    op(
+        _mm512_shuffle_f32x4::<0b10_00_10_00>(w01, w23),
+        _mm512_shuffle_f32x4::<0b11_01_11_01>(w01, w23),
+    )
+}
+
+/// [`crate::attention::column_page_masses`] on 16 lanes, in blocks of 16 pages: each page's
+/// scores of every head into `tile` (up to sixteen columns a pass, each 16-row chunk of
+/// their codes converted and scaled once for all heads); then per head the 16 pages'
+/// maxima, their exponentials' sums and logarithms as vectors of one page a lane
+/// ([`reduce16`]), with no horizontal reduction per page.
 ///
 /// # Safety
 /// The CPU has AVX-512F, AVX2, FMA and F16C (the token proves it); `columns` is not empty and
 /// every column holds at least `t` codes and `ceil(t / page)` scales; `weights.len()` is a
 /// multiple of `columns.len()` (`heads <= MAX_HEADS` rows); `out` holds
-/// `heads x ceil(t / page)` values; `page >= 1`; `tile` holds `heads x tile_stride(page)`
-/// values.
+/// `heads x ceil(t / page)` values; `page >= 1`; `tile` holds
+/// [`tile_len`]`(heads, page)` values.
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
 pub unsafe fn column_page_masses(
     _: Avx512,
@@ -105,100 +150,133 @@ pub unsafe fn column_page_masses(
     let n_pages = t.div_ceil(page);
     let stride = tile_stride(page);
     debug_assert!(stride.is_multiple_of(16) && heads <= MAX_HEADS);
-    debug_assert!(tile.len() >= heads * stride && out.len() >= heads * n_pages);
-    let (tp, wp) = (tile.as_mut_ptr(), weights.as_ptr());
-    // per head, the largest score and the sum of exponentials of the last (up to) 16 pages
-    let mut pending = [([0.0f32; 16], [1.0f32; 16]); MAX_HEADS];
-    for p in 0..n_pages {
-        let start = p * page;
-        let len = page.min(t - start);
-        let full = len / 16 * 16;
-        for (pass, cols) in columns.chunks(COLUMNS_PER_PASS).enumerate() {
-            let c0 = pass * COLUMNS_PER_PASS;
-            let mut scale = [0.0f32; COLUMNS_PER_PASS];
-            for (s, col) in scale.iter_mut().zip(cols) {
-                *s = col.scales[p * col.stride];
-            }
-            // SAFETY: rows start + i + 16 <= start + len <= t of every column; weights
-            // h r + c0 + k < heads r; tile h stride + i + 16 <= heads stride (i + 16 <= len
-            // <= stride).
-            let mut i = 0;
-            while i < full {
-                let mut v = [_mm512_setzero_ps(); COLUMNS_PER_PASS];
-                for ((x, col), &s) in v.iter_mut().zip(cols).zip(&scale) {
-                    let bytes = _mm_loadu_si128(col.codes.as_ptr().add(start + i).cast());
-                    let codes = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
-                    *x = _mm512_mul_ps(codes, _mm512_set1_ps(s));
-                }
-                for h in 0..heads {
-                    let dst = tp.add(h * stride + i);
-                    let mut acc = if pass == 0 {
-                        _mm512_setzero_ps()
-                    } else {
-                        _mm512_loadu_ps(dst)
-                    };
-                    for (k, x) in v.iter().enumerate().take(cols.len()) {
-                        let w = _mm512_set1_ps(*wp.add(h * r + c0 + k));
-                        acc = _mm512_fmadd_ps(w, *x, acc);
-                    }
-                    _mm512_storeu_ps(dst, acc);
-                }
-                i += 16;
-            }
-            for i in full..len {
-                for h in 0..heads {
-                    let mut x = if pass == 0 { 0.0 } else { tile[h * stride + i] };
-                    for (k, col) in cols.iter().enumerate() {
-                        x += weights[h * r + c0 + k] * (scale[k] * col.codes[start + i] as f32);
-                    }
-                    tile[h * stride + i] = x;
+    debug_assert!(tile.len() >= tile_len(heads, page) && out.len() >= heads * n_pages);
+    let wp = weights.as_ptr();
+    // the tile: head h, page j of the block at (h PAGES_PER_BLOCK + j) stride
+    let at = |h: usize, j: usize| (h * PAGES_PER_BLOCK + j) * stride;
+    for b0 in (0..n_pages).step_by(PAGES_PER_BLOCK) {
+        let nb = PAGES_PER_BLOCK.min(n_pages - b0);
+        for j in 0..nb {
+            let p = b0 + j;
+            let start = p * page;
+            let len = page.min(t - start);
+            let full = len / 16 * 16;
+            if p + PREFETCH_PAGES < n_pages {
+                // a step finds the copy out of the caches: ask for a later page's codes and
+                // scales while this one is scored
+                let ahead = p + PREFETCH_PAGES;
+                // SAFETY: a prefetch reads nothing and cannot fault; the addresses are in
+                // range anyway (page `ahead` < n_pages: its first code and scale exist).
+                for col in columns {
+                    let codes = col.codes.as_ptr().wrapping_add(ahead * page);
+                    let scale = col.scales.as_ptr().wrapping_add(ahead * col.stride);
+                    _mm_prefetch::<_MM_HINT_T0>(codes.cast());
+                    _mm_prefetch::<_MM_HINT_T0>(scale.cast());
                 }
             }
-        }
-        let lane = p % 16;
-        for h in 0..heads {
-            let row = &mut tile[h * stride..(h + 1) * stride];
-            row[len..].fill(f32::NEG_INFINITY);
-            // SAFETY: the loads read row[i..i + 16] with i + 16 <= stride = row.len().
-            let rp = row.as_ptr();
-            let mut top = _mm512_set1_ps(f32::NEG_INFINITY);
-            let mut i = 0;
-            while i < stride {
-                // NaN skipped: `max_ps(x, acc)` returns `acc` when `x` is NaN
-                top = _mm512_max_ps(_mm512_loadu_ps(rp.add(i)), top);
-                i += 16;
-            }
-            let m = _mm512_reduce_max_ps(top);
-            let (tops, sums) = &mut pending[h];
-            if m == f32::NEG_INFINITY {
-                // no finite score: NaN if one is NaN, else -inf (a sum of 1 adds ln 1 = 0)
-                tops[lane] = row[..len].iter().copied().find(|x| x.is_nan()).unwrap_or(m);
-                sums[lane] = 1.0;
-            } else {
-                let mv = _mm512_set1_ps(m);
-                let mut sum = _mm512_setzero_ps();
+            for (pass, cols) in columns.chunks(COLUMNS_PER_PASS).enumerate() {
+                let c0 = pass * COLUMNS_PER_PASS;
+                let mut scale = [0.0f32; COLUMNS_PER_PASS];
+                for (s, col) in scale.iter_mut().zip(cols) {
+                    *s = col.scales[p * col.stride];
+                }
+                let tp = tile.as_mut_ptr();
+                // SAFETY: rows start + i + 16 <= start + len <= t of every column; weights
+                // h r + c0 + k < heads r; tile at(h, j) + i + 16 <= at(h, j) + stride <=
+                // tile_len (i + 16 <= len <= stride, h < heads, j < PAGES_PER_BLOCK).
                 let mut i = 0;
-                while i < stride {
-                    let x = _mm512_sub_ps(_mm512_loadu_ps(rp.add(i)), mv);
-                    sum = _mm512_add_ps(sum, exp16(x));
+                while i < full {
+                    let mut v = [_mm512_setzero_ps(); COLUMNS_PER_PASS];
+                    for ((x, col), &s) in v.iter_mut().zip(cols).zip(&scale) {
+                        let bytes = _mm_loadu_si128(col.codes.as_ptr().add(start + i).cast());
+                        let codes = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
+                        *x = _mm512_mul_ps(codes, _mm512_set1_ps(s));
+                    }
+                    for h in 0..heads {
+                        let dst = tp.add(at(h, j) + i);
+                        let mut acc = if pass == 0 {
+                            _mm512_setzero_ps()
+                        } else {
+                            _mm512_loadu_ps(dst)
+                        };
+                        let w = wp.add(h * r + c0);
+                        // a whole pass in a loop of constant length (no test per column)
+                        if cols.len() == COLUMNS_PER_PASS {
+                            for (k, x) in v.iter().enumerate() {
+                                acc = _mm512_fmadd_ps(_mm512_set1_ps(*w.add(k)), *x, acc);
+                            }
+                        } else {
+                            for (k, x) in v.iter().enumerate().take(cols.len()) {
+                                acc = _mm512_fmadd_ps(_mm512_set1_ps(*w.add(k)), *x, acc);
+                            }
+                        }
+                        _mm512_storeu_ps(dst, acc);
+                    }
                     i += 16;
                 }
-                tops[lane] = m;
-                // at least the largest score's exp(0) = 1
-                sums[lane] = _mm512_reduce_add_ps(sum).max(1.0);
+                for i in full..len {
+                    for h in 0..heads {
+                        let o = at(h, j) + i;
+                        let mut x = if pass == 0 { 0.0 } else { tile[o] };
+                        for (k, col) in cols.iter().enumerate() {
+                            x += weights[h * r + c0 + k] * (scale[k] * col.codes[start + i] as f32);
+                        }
+                        tile[o] = x;
+                    }
+                }
+            }
+            for h in 0..heads {
+                tile[at(h, j) + len..at(h, j) + stride].fill(f32::NEG_INFINITY);
             }
         }
-        if lane == 15 || p + 1 == n_pages {
-            let p0 = p - lane;
-            for (h, (tops, sums)) in pending.iter().enumerate().take(heads) {
-                let mut v = [0.0f32; 16];
-                let lse = _mm512_add_ps(
-                    _mm512_loadu_ps(tops.as_ptr()),
-                    ln16(_mm512_loadu_ps(sums.as_ptr())),
-                );
-                _mm512_storeu_ps(v.as_mut_ptr(), lse);
-                out[h * n_pages + p0..=h * n_pages + p].copy_from_slice(&v[..=lane]);
+        for h in 0..heads {
+            let rp = tile.as_ptr();
+            // SAFETY: the loads read at(h, j) + i + 16 <= at(h, j) + stride <= tile_len for
+            // the block's pages j < nb (the others are not read).
+            let mut v = [_mm512_set1_ps(f32::NEG_INFINITY); PAGES_PER_BLOCK];
+            for (j, top) in v.iter_mut().enumerate().take(nb) {
+                let mut i = 0;
+                while i < stride {
+                    // NaN skipped: `max_ps(x, acc)` returns `acc` when `x` is NaN
+                    *top = _mm512_max_ps(_mm512_loadu_ps(rp.add(at(h, j) + i)), *top);
+                    i += 16;
+                }
             }
+            let mut tops = [0.0f32; PAGES_PER_BLOCK];
+            _mm512_storeu_ps(tops.as_mut_ptr(), reduce16(&v, |a, b| _mm512_max_ps(a, b)));
+            for (j, sum) in v.iter_mut().enumerate() {
+                *sum = _mm512_setzero_ps();
+                if j >= nb || tops[j] == f32::NEG_INFINITY {
+                    continue;
+                }
+                let mv = _mm512_set1_ps(tops[j]);
+                let mut i = 0;
+                while i < stride {
+                    let x = _mm512_sub_ps(_mm512_loadu_ps(rp.add(at(h, j) + i)), mv);
+                    *sum = _mm512_add_ps(*sum, exp16(x));
+                    i += 16;
+                }
+            }
+            let mut sums = [0.0f32; PAGES_PER_BLOCK];
+            _mm512_storeu_ps(sums.as_mut_ptr(), reduce16(&v, |a, b| _mm512_add_ps(a, b)));
+            for j in 0..nb {
+                if tops[j] == f32::NEG_INFINITY {
+                    // no finite score: NaN if one is NaN, else -inf (a sum of 1 adds ln 1 = 0)
+                    let row = &tile[at(h, j)..at(h, j) + page.min(t - (b0 + j) * page)];
+                    tops[j] = row.iter().copied().find(|x| x.is_nan()).unwrap_or(tops[j]);
+                    sums[j] = 1.0;
+                } else {
+                    // at least the largest score's exp(0) = 1
+                    sums[j] = sums[j].max(1.0);
+                }
+            }
+            let lse = _mm512_add_ps(
+                _mm512_loadu_ps(tops.as_ptr()),
+                ln16(_mm512_loadu_ps(sums.as_ptr())),
+            );
+            let mut o = [0.0f32; PAGES_PER_BLOCK];
+            _mm512_storeu_ps(o.as_mut_ptr(), lse);
+            out[h * n_pages + b0..h * n_pages + b0 + nb].copy_from_slice(&o[..nb]);
         }
     }
 }

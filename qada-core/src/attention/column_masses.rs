@@ -15,7 +15,7 @@
 
 use qada_stats::ChannelColumn;
 
-use super::column_tile::{tile_stride, MAX_HEADS};
+use super::column_tile::{tile_len, tile_stride, MAX_HEADS};
 use super::exp::fast_exp;
 #[cfg(target_arch = "x86_64")]
 use qada_stats::simd::{Avx2, Avx512};
@@ -26,7 +26,7 @@ use crate::{CoreError, Result};
 /// `heads = weights.len() / r` heads, the `r = columns.len()` columns (codes `c_ci`, scales
 /// `s_cp`) and the pages of `page` rows of the first `t` rows (the last page may be shorter).
 ///
-/// `tile` is scratch (`heads` times `page` rounded up to 16, f32), grown as needed and kept
+/// `tile` is scratch (16 pages of `heads` times `page` rounded up to 16, f32), grown as needed and kept
 /// between calls so that a decoding step allocates nothing.
 ///
 /// # Errors
@@ -87,7 +87,7 @@ pub fn column_page_masses(
             found: out.len(),
         });
     }
-    tile.resize(heads * tile_stride(page), 0.0);
+    tile.resize(tile_len(heads, page), 0.0);
     #[cfg(target_arch = "x86_64")]
     if let Some(token) = Avx512::detect() {
         // SAFETY: the token proves AVX-512F, AVX2, FMA and F16C; the checks above give the
@@ -203,7 +203,7 @@ mod tests {
     fn every_path(cols: &[ChannelColumn<'_>], w: &[f32], t: usize, page: usize) -> Vec<Vec<f32>> {
         let heads = w.len() / cols.len();
         let n = heads * t.div_ceil(page);
-        let mut tile = vec![0.0; heads * tile_stride(page)];
+        let mut tile = vec![0.0; tile_len(heads, page)];
         let mut out = vec![vec![0.0; n]];
         portable(cols, w, t, page, &mut tile, &mut out[0]);
         #[cfg(target_arch = "x86_64")]
@@ -274,6 +274,50 @@ mod tests {
                         (got as f64 - want[i]).abs() < 1e-4 * (1.0 + want[i].abs()),
                         "r {r} heads {heads} t {t} page {page} at {i}: {got} vs {}",
                         want[i]
+                    );
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// Every kernel against the f64 recomputation, over column counts across passes,
+        /// group sizes, page sizes and bulk lengths that end in whole and partial blocks of
+        /// 16 pages, whole and partial pages; a page of very low scores next to high ones.
+        #[test]
+        fn every_kernel_matches_a_f64_recomputation(
+            r in 1usize..40,
+            heads in 1usize..10,
+            page in 1usize..140,
+            t in 1usize..1200,
+            seed in 0u64..u64::MAX,
+            low in proptest::prelude::any::<bool>(),
+        ) {
+            let mut seed = seed;
+            let n_pages = t.div_ceil(page);
+            let cols: Vec<Owned> = (0..r)
+                .map(|_| Owned {
+                    codes: (0..t).map(|_| (127.0 * lcg(&mut seed)).round() as i8).collect(),
+                    scales: (0..n_pages)
+                        .map(|p| {
+                            let s = 0.04 * (1.0 + lcg(&mut seed));
+                            // the second page far below the rest: its own maximum, not the
+                            // block's, keeps its exponentials from underflowing
+                            if low && p == 1 { s * 40.0 } else { s }
+                        })
+                        .collect(),
+                })
+                .collect();
+            let w: Vec<f32> = (0..heads * r).map(|_| 2.0 * lcg(&mut seed)).collect();
+            let views: Vec<ChannelColumn<'_>> = cols.iter().map(Owned::view).collect();
+            let want = reference(&cols, &w, t, page);
+            for (k, got) in every_path(&views, &w, t, page).iter().enumerate() {
+                for i in 0..want.len() {
+                    proptest::prop_assert!(
+                        (got[i] as f64 - want[i]).abs() < 1e-4 * (1.0 + want[i].abs()),
+                        "path {k} at {i}: {} vs {}", got[i], want[i]
                     );
                 }
             }

@@ -7,6 +7,13 @@ pub(crate) fn tile_stride(page: usize) -> usize {
     page.div_ceil(16) * 16
 }
 
+/// Values of the whole tile for `heads` heads and pages of `page` rows: 16 pages of every
+/// head (the AVX-512 kernel scores pages in blocks of 16; the others use the first page's
+/// part).
+pub(crate) fn tile_len(heads: usize, page: usize) -> usize {
+    heads * 16 * tile_stride(page)
+}
+
 /// Most heads one call scores (a KV group of a selecting criterion has at most 64).
 pub(crate) const MAX_HEADS: usize = 64;
 
