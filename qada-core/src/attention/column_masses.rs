@@ -15,7 +15,7 @@
 
 use qada_stats::ChannelColumn;
 
-use super::column_tile::{tile_len, tile_stride, MAX_HEADS};
+use super::column_tile::{tile_len, MAX_HEADS};
 use super::exp::fast_exp;
 #[cfg(target_arch = "x86_64")]
 use qada_stats::simd::{Avx2, Avx512};
