@@ -124,7 +124,7 @@ unsafe fn reduce16(v: &[__m512; 16], op: impl Fn(__m512, __m512) -> __m512) -> _
 }
 
 /// [`crate::attention::column_page_masses`] on 16 lanes, in blocks of 16 pages: each page's
-/// scores of every head into `tile` (up to sixteen columns a pass, each 16-row chunk of
+/// scores of every head into `tile` (up to eight columns a pass, each 16-row chunk of
 /// their codes converted and scaled once for all heads); then per head the 16 pages'
 /// maxima, their exponentials' sums and logarithms as vectors of one page a lane
 /// ([`reduce16`]), with no horizontal reduction per page.
