@@ -67,7 +67,8 @@ pub struct Args {
     ceiling: bool,
     /// Also time a third mode: the criterion decides every head (and a selecting criterion
     /// chooses its pages), then every head attends densely anyway. Its time less dense's is
-    /// the decision's own cost, reported as a share of an adaptive step.
+    /// the decision's own cost, reported as a share of an adaptive step (a difference of two
+    /// runs, so it carries their spread; the phase table times the choice inside the step).
     #[arg(long)]
     decision_cost: bool,
     /// Print one JSON object per depth, as an array.
