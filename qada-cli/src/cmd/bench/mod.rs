@@ -113,6 +113,19 @@ fn phase_json(t: &PhaseTimes, tokens: f64) -> serde_json::Value {
     })
 }
 
+/// The modes a depth times, in order (the third with `--decision-cost` only): the prefix of
+/// their rows' JSON keys.
+const MODES: [&str; 3] = ["dense", "adaptive", "decide_then_dense"];
+
+/// How many of [`MODES`] a run times.
+fn n_modes(a: &Args) -> usize {
+    if a.decision_cost {
+        3
+    } else {
+        2
+    }
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -179,7 +192,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
     let cpu = cpu_description();
     let kernels = qada_stats::simd::kernel_sets();
     let cpu_flags = cpu_simd_flags();
-    let modes = if a.decision_cost { 3 } else { 2 };
+    let modes = n_modes(&a);
     let runs_per_depth = a.reps * modes + usize::from(a.ceiling);
     let pb = progress_bar((a.depth.len() * runs_per_depth) as u64, "bench");
     if all.len() < ctx {
@@ -232,7 +245,7 @@ fn measure_depth(
 ) -> CliResult<serde_json::Value> {
     let (model, all, moments) = (m.model, m.tokens, m.moments);
     let (weight_bytes, bandwidth) = (m.weight_bytes, m.bandwidth);
-    let modes = if a.decision_cost { 3 } else { 2 };
+    let modes = n_modes(a);
     session.start_over(Box::new(Dense), MomentsMode::Update)?;
     let mut pp_secs = f64::NAN;
     if depth == 0 && a.pp > 0 {
@@ -330,11 +343,7 @@ fn measure_depth(
         "adaptive_limit_tokens_per_s": bandwidth / (weight_bytes + kv_bytes[1]),
     });
     let tokens = (a.reps * a.new_tokens).max(1) as f64;
-    for (mode, name) in ["dense", "adaptive", "decide_then_dense"]
-        .iter()
-        .enumerate()
-        .take(modes)
-    {
+    for (mode, name) in MODES.iter().enumerate().take(modes) {
         row[format!("{name}_ms_per_token")] = json!(step_secs[mode] * 1e3 / tokens);
         row[format!("{name}_attention_ms_per_token")] = phase_json(&phases[mode], tokens);
     }

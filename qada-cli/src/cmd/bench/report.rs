@@ -1,6 +1,6 @@
 //! `qada bench`'s tables on stdout, from the rows `--json` prints.
 
-use super::Args;
+use super::{n_modes, Args, MODES};
 
 /// What the whole run shares, printed above the tables.
 pub struct Header<'a> {
@@ -129,16 +129,8 @@ fn print_phases(a: &Args, results: &[serde_json::Value]) {
         "{:>6} | {:>17} | {:>7} | {:>7} | {:>7} | {:>7} | {:>7} | {:>7}",
         "depth", "mode", "step", "local", "decide", "bulk", "merge", "rest"
     );
-    let modes = if a.decision_cost { 3 } else { 2 };
     for r in results {
-        for (name, label) in [
-            ("dense", "dense"),
-            ("adaptive", "adaptive"),
-            ("decide_then_dense", "decide+dense"),
-        ]
-        .iter()
-        .take(modes)
-        {
+        for name in MODES.iter().take(n_modes(a)) {
             let ph = &r[format!("{name}_attention_ms_per_token")];
             let f = |k: &str| ph[k].as_f64().unwrap_or(f64::NAN);
             let step = r[format!("{name}_ms_per_token")]
@@ -147,7 +139,7 @@ fn print_phases(a: &Args, results: &[serde_json::Value]) {
             println!(
                 "{:>6} | {:>17} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2}",
                 r["depth"].as_u64().unwrap_or(0),
-                label,
+                name,
                 step,
                 f("local"),
                 f("decide"),
