@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qada_core::{
-    by_name, CriterionParams, GroupMode, Grouped, HeadTaus, LocalityCriterion, PerHead, Static,
-    StaticTable,
+    by_name, CriterionParams, DenseBelow, GroupMode, Grouped, HeadTaus, LocalityCriterion, PerHead,
+    Static, StaticTable,
 };
 use qada_kv::{KvDtype, MomentsMode, MomentsSource, WindowConfig};
 use qada_model::ActPrecision;
@@ -230,6 +230,11 @@ pub struct CriterionArgs {
     /// mixture: clusters of the bulk keys (k-means at the end of prefill).
     #[arg(long, default_value_t = 4)]
     pub clusters: usize,
+    /// Read the whole context (dense) while it holds fewer than this many tokens; the
+    /// criterion decides from there on (for a model whose criterion keeps quality on long
+    /// contexts only). Default: from the first token.
+    #[arg(long)]
+    pub dense_below: Option<usize>,
     /// hybrid: QAdA alone decides a local head whose label holds with its bulk mass raised
     /// by this many nats; closer calls go to the bound.
     #[arg(long, default_value_t = 1.0)]
@@ -354,6 +359,7 @@ impl CriterionArgs {
     /// True when a flag a setting fixes was given (then no setting is applied silently).
     fn tuned(&self) -> bool {
         self.tau.is_some()
+            || self.dense_below.is_some()
             || self.group != GroupMode::Head
             || self.sink.is_some()
             || self.local.is_some()
@@ -384,8 +390,8 @@ impl CriterionArgs {
             None if self.tuned() => {
                 self.criterion = Some("approx".into());
                 return Ok(Some(
-                    "setting: approx, the paper's criterion (--tau, --group, --sink or --local \
-                     without --criterion), not a calibrated one"
+                    "setting: approx, the paper's criterion (--tau, --dense-below, --group, --sink \
+                     or --local without --criterion), not a calibrated one"
                         .into(),
                 ));
             }
@@ -404,8 +410,8 @@ impl CriterionArgs {
         };
         if self.tuned() {
             return fail(
-                "--tau, --group, --sink and --local come from the setting: leave them out, or \
-                 use --criterion instead of --setting",
+                "--tau, --dense-below, --group, --sink and --local come from the setting: leave \
+                 them out, or use --criterion instead of --setting",
             );
         }
         self.criterion = Some(setting.criterion.clone());
@@ -418,6 +424,7 @@ impl CriterionArgs {
         self.channels = setting.channels;
         self.clusters = setting.clusters;
         self.margin = setting.margin;
+        self.dense_below = setting.dense_below;
         self.sink = Some(setting.sink);
         self.local = Some(setting.local);
         Ok(Some(format!(
@@ -442,10 +449,19 @@ impl CriterionArgs {
         if let Some(path) = &self.head_taus {
             c = self.per_head(c, path, model)?;
         }
-        Ok(match mode {
+        let c: Box<dyn LocalityCriterion> = match mode {
             GroupMode::Head => c,
             m => Box::new(Grouped::new(c, m)),
-        })
+        };
+        match self.dense_below {
+            None => Ok(c),
+            Some(n) if n == 0 || n > ctx => fail(format!(
+                "--dense-below {n}: the context length from which the criterion decides must \
+                 be between 1 and the model's context length ({ctx}); leave it out to decide \
+                 from the first token"
+            )),
+            Some(n) => Ok(Box::new(DenseBelow::new(c, n)?)),
+        }
     }
 
     /// `c` with the thresholds of the `--head-taus` file at `path`, checked against the model.
@@ -519,7 +535,7 @@ impl CriterionArgs {
                 self.local()
             ),
             c => format!(
-                "{c} (tau {}, sink {}, local {}, moments {}{}{})",
+                "{c} (tau {}, sink {}, local {}, moments {}{}{}{})",
                 self.tau(),
                 self.sink(),
                 self.local(),
@@ -530,6 +546,10 @@ impl CriterionArgs {
                 },
                 match &self.head_taus {
                     Some(p) => format!(", head taus {}", p.display()),
+                    None => String::new(),
+                },
+                match self.dense_below {
+                    Some(n) => format!(", dense below {n} tokens of context"),
                     None => String::new(),
                 }
             ),

@@ -109,6 +109,10 @@ pub struct Setting {
     pub channels: usize,
     pub clusters: usize,
     pub margin: f64,
+    /// The context length from which the criterion decides; dense below it (`None`: from
+    /// the first token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dense_below: Option<usize>,
     pub sink: usize,
     pub local: usize,
     /// Largest drop below dense allowed on any calibration task.
@@ -179,6 +183,17 @@ impl Setting {
 
     /// One line: the criterion and its parameters.
     pub fn describe(&self) -> String {
+        let what = self.describe_criterion();
+        match self.dense_below {
+            Some(n) if self.criterion != "dense" => {
+                format!("dense below {n} tokens of context, then {what}")
+            }
+            _ => what,
+        }
+    }
+
+    /// The criterion and its parameters, without the context it starts at.
+    fn describe_criterion(&self) -> String {
         match (self.criterion.as_str(), self.tau) {
             ("dense", _) | (_, None) => self.criterion.clone(),
             (c @ ("channels" | "channels-ungated"), Some(t)) => format!(

@@ -148,6 +148,64 @@ fn calibrate_tau_writes_a_setting_that_generate_takes() {
         ]),
         "--channels 8",
     );
+    // a threshold under which the lengths would be measured is refused; one below every
+    // measured step resumes the same records and is written to the setting
+    let with_threshold = |n: &str| {
+        qada(&[
+            "calibrate",
+            "tau",
+            "--model",
+            m,
+            "--lengths",
+            "1024",
+            "--samples",
+            "1",
+            "--taus",
+            "0.9",
+            "--methods",
+            "hybrid",
+            "--groups",
+            "head",
+            "--min-saving",
+            "0",
+            "--dense-below",
+            n,
+            "--resume",
+            "--work-dir",
+            dir_s,
+            "--out",
+            out_s,
+        ])
+    };
+    assert_clean_failure(
+        &with_threshold("1000"),
+        "calibrate at lengths of at least 1031",
+    );
+    let o = with_threshold("993");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s2: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(s2["criterion"], setting["criterion"], "{s2}");
+    assert!(
+        s2["made_by"]
+            .as_str()
+            .unwrap()
+            .contains("--dense-below 993"),
+        "{s2}"
+    );
+    if criterion == "dense" {
+        assert!(s2.get("dense_below").is_none(), "{s2}");
+    } else {
+        assert_eq!(s2["dense_below"], 993, "{s2}");
+        let o = generate_json(m, &["--setting", out_s]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert!(
+            v["setting"].as_str().unwrap().contains("dense below 993"),
+            "{v}"
+        );
+    }
+    std::fs::write(&out, serde_json::to_string(&setting).unwrap()).unwrap();
     let gen = |extra: &[&str]| generate_json(m, extra);
     let o = gen(&["--setting", out_s]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -195,6 +253,51 @@ fn calibrate_tau_writes_a_setting_that_generate_takes() {
         "cannot read setting file /nonexistent/s.json",
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--dense-below N`: dense while the context is shorter than N tokens, the criterion from
+/// N on; a threshold past the model's context is refused.
+#[test]
+fn generate_is_dense_below_the_threshold_and_the_criterion_from_it() {
+    let m = model();
+    let m = m.to_str().unwrap();
+    // about 300 tokens: a bulk behind the window of 128
+    let prompt = "The committee met again on Tuesday to discuss the budget. ".repeat(25);
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "generate",
+            "--model",
+            m,
+            "--raw",
+            "-p",
+            &prompt,
+            "--max-new-tokens",
+            "2",
+            "--json",
+            "--criterion",
+            "window",
+        ];
+        args.extend_from_slice(extra);
+        let o = qada(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let sparsity = |v: &serde_json::Value| v["sparsity"].as_f64().unwrap();
+    let window = run(&[]);
+    assert!(sparsity(&window) > 0.99, "{window}");
+    let short = run(&["--dense-below", "4096"]);
+    assert_eq!(sparsity(&short), 0.0, "{short}");
+    assert_eq!(short["kv_bytes_ratio"].as_f64().unwrap(), 1.0, "{short}");
+    let long = run(&["--dense-below", "200"]);
+    assert_eq!(sparsity(&long), sparsity(&window), "{long}");
+    assert_clean_failure(
+        &generate_json(m, &["--criterion", "window", "--dense-below", "100000"]),
+        "between 1 and the model's context length (8192)",
+    );
+    assert_clean_failure(
+        &generate_json(m, &["--criterion", "window", "--dense-below", "0"]),
+        "between 1 and the model's context length",
+    );
 }
 
 /// `generate` runs the fast path (int8 activations) unless asked for the exact one, says which

@@ -78,6 +78,7 @@ pub use criteria::{
     bound::Bound,
     by_name::{by_name, CriterionParams, CRITERION_NAMES, SELECTING_NAMES},
     dense::Dense,
+    dense_below::DenseBelow,
     hybrid::Hybrid,
     mixture::Mixture,
     oracle::Oracle,

@@ -10,8 +10,8 @@ mod common;
 use common::{layer, pages_of, scores_f64, seeded_masks, FixedPages, Head};
 use proptest::prelude::*;
 use qada_core::{
-    attend_layer, Accounting, Approx, Decision, DecisionCost, Dense, GroupRead, HeadInput,
-    LayerScratch, LocalityCriterion, PageRule, PageSelection, Pages,
+    attend_layer, Accounting, Approx, Decision, DecisionCost, Dense, DenseBelow, GroupRead,
+    HeadInput, LayerScratch, LocalityCriterion, PageRule, PageSelection, Pages,
 };
 use qada_stats::PageBounds;
 
@@ -46,6 +46,34 @@ fn close(a: &[f32], b: &[f32], tol: f32) -> std::result::Result<(), TestCaseErro
 }
 
 proptest! {
+    #[test]
+    fn dense_below_a_context_length_is_dense_there_and_the_inner_criterion_from_it(
+        (heads, q, group, page) in layer(),
+        seed in any::<u64>(),
+        offset in -3i64..3,
+    ) {
+        let d = heads[0].d;
+        let n_heads = heads.len() * group;
+        let n_pages = heads[0].segments().bulk_len().div_ceil(page);
+        let inner = FixedPages { page, masks: seeded_masks(seed, n_pages, group) };
+        // the threshold near the context's length: both sides of it are drawn
+        let context = heads[0].t();
+        let min_context = (context as i64 + offset).max(1) as usize;
+        let c = DenseBelow::new(&inner, min_context).unwrap();
+        let kv: Vec<_> = heads.iter().map(|h| h.segments()).collect();
+        let scale = 1.0 / (d as f32).sqrt();
+        let run = |c: &dyn LocalityCriterion| {
+            let mut scratch = LayerScratch::new();
+            let mut out = vec![0.0; n_heads * d];
+            attend_layer(c, 0, &q, &kv, scale, &mut scratch, &mut out).unwrap();
+            let reads = scratch.reads();
+            (out, reads.head_rows.clone(), reads.group_rows.clone(), scratch.decisions().to_vec())
+        };
+        let got = run(&c);
+        let want = if context < min_context { run(&Dense) } else { run(&inner) };
+        prop_assert_eq!(got, want);
+    }
+
     #[test]
     fn attention_over_selected_pages_is_dense_attention_restricted_to_them(
         (heads, q, group, page) in layer(),

@@ -61,6 +61,13 @@ pub struct Args {
     /// made with, as it refuses another model, cache or window: run.json).
     #[arg(long, default_value_t = DEFAULT_CHANNELS)]
     channels: usize,
+    /// The setting reads the whole context (dense) while it holds fewer than this many tokens
+    /// and its criterion decides from there on (written to the setting). Every length must
+    /// put the steps it measures at or above it (at least this plus the 32 teacher-forced
+    /// steps of fidelity), so the records are those of the criterion alone and a sweep made
+    /// without it may be resumed with it. Default: the criterion decides from the first token.
+    #[arg(long)]
+    dense_below: Option<usize>,
     /// Calibration tasks, comma-separated (names as `qada eval --task`).
     #[arg(long, default_value = "passkey,fidelity")]
     task: String,
@@ -313,6 +320,9 @@ pub fn run(a: Args) -> CliResult<()> {
     if a.samples == 0 {
         return fail("--samples must be at least 1");
     }
+    if let Some(n) = a.dense_below {
+        check_dense_below(n, &lengths, ctx)?;
+    }
     let corpus = Corpus::load(a.corpus.as_deref())?;
     let window = a.cache.window.window()?;
     let kv = a.cache.kv;
@@ -332,7 +342,7 @@ pub fn run(a: Args) -> CliResult<()> {
         cfgs: &cfgs,
         table: None,
         samples: a.samples,
-        fidelity_steps: 32,
+        fidelity_steps: FIDELITY_STEPS,
         gate: true,
         passkey: PasskeyTask::new(model.tokenizer())?,
         ruler: RulerPrompts::new(model.tokenizer())?,
@@ -370,6 +380,30 @@ pub fn run(a: Args) -> CliResult<()> {
     Ok(())
 }
 
+/// Teacher-forced steps of a fidelity prompt: the last of its tokens.
+const FIDELITY_STEPS: usize = 32;
+
+/// Refuse a `--dense-below n` under which some length would be measured: every measured
+/// step (the first teacher-forced one of fidelity at `len - FIDELITY_STEPS + 1` keys, an
+/// answer after its prompt of `len`) must see a context of at least `n`.
+fn check_dense_below(n: usize, lengths: &[usize], ctx: usize) -> CliResult<()> {
+    if n == 0 || n > ctx {
+        return fail(format!(
+            "--dense-below {n}: must be between 1 and the model's context length ({ctx})"
+        ));
+    }
+    if let Some(&l) = lengths.iter().find(|&&l| l + 1 < n + FIDELITY_STEPS) {
+        return fail(format!(
+            "--dense-below {n}: at length {l} the setting would run dense for some of the \
+             steps measured; calibrate at lengths of at least {} (the threshold plus the {} \
+             teacher-forced steps of fidelity, less one)",
+            n + FIDELITY_STEPS - 1,
+            FIDELITY_STEPS
+        ));
+    }
+    Ok(())
+}
+
 /// The setting file of `choice`: the criterion, tau and group chosen (dense when none kept
 /// the budget), the model it was made for, and the evidence and command that made it.
 fn setting_of(
@@ -400,6 +434,7 @@ fn setting_of(
         channels: a.channels,
         clusters: DEFAULT_CLUSTERS,
         margin: DEFAULT_MARGIN,
+        dense_below: a.dense_below.filter(|_| choice.pick.is_some()),
         sink: a.cache.window.sink,
         local: a.cache.window.local,
         budget: a.budget,
@@ -410,7 +445,7 @@ fn setting_of(
         per_method: choice.per_method,
         made_by: format!(
             "qada calibrate tau --budget {} --confidence {} --min-saving {} --methods {} --taus {} \
-             --groups {} --task {} --lengths {} --samples {} --kv {} --channels {} (speeches \
+             --groups {} --task {} --lengths {} --samples {} --kv {} --channels {}{} (speeches \
              before {SPLIT_YEAR})",
             a.budget,
             a.confidence,
@@ -426,7 +461,9 @@ fn setting_of(
                 .join(","),
             a.samples,
             a.cache.kv,
-            a.channels
+            a.channels,
+            a.dense_below
+                .map_or(String::new(), |n| format!(" --dense-below {n}"))
         ),
     };
     setting

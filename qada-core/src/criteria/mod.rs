@@ -4,6 +4,7 @@ pub mod approx;
 pub mod bound;
 pub mod by_name;
 pub mod dense;
+pub mod dense_below;
 pub mod hybrid;
 pub mod mixture;
 pub mod oracle;

@@ -1,0 +1,184 @@
+//! Dense below a context length: a criterion that only starts deciding once the context is
+//! long.
+//!
+//! A step's context is `n = |I| + T_bulk` keys (sink, window and bulk). While `n < n_min`,
+//! every head attends to all of it (what [`crate::Dense`] does); from `n_min` on, the inner
+//! criterion decides. On a short context the bulk is small, reading it costs little, and a
+//! wrong local call costs as much as on a long one: a model whose criterion keeps quality on
+//! long prompts but moves greedy tokens on short ones can ship it from `n_min` on.
+
+use qada_stats::BulkSummaries;
+
+use crate::selection::{GroupRead, PageSelection};
+use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
+
+/// `inner` from a context of `min_context` keys on; dense below it.
+#[derive(Clone, Debug)]
+pub struct DenseBelow<C> {
+    inner: C,
+    min_context: usize,
+}
+
+impl<C: LocalityCriterion> DenseBelow<C> {
+    /// `inner` decides once a step's context holds `min_context` keys; dense before.
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidParameter`] for `min_context == 0` (the inner criterion alone is
+    /// what a threshold of 0 would mean: use it).
+    pub fn new(inner: C, min_context: usize) -> Result<Self> {
+        if min_context == 0 {
+            return Err(CoreError::InvalidParameter {
+                what: "the context length from which the criterion decides (dense below it)",
+                expected: "at least 1 (or no threshold)",
+                found: 0.0,
+            });
+        }
+        Ok(DenseBelow { inner, min_context })
+    }
+    /// The criterion that decides from `min_context` keys on.
+    pub fn inner(&self) -> &C {
+        &self.inner
+    }
+    /// The context length from which the inner criterion decides.
+    pub fn min_context(&self) -> usize {
+        self.min_context
+    }
+    /// True when `input`'s context (`|I| + T_bulk`) is shorter than the threshold.
+    fn short(&self, input: &HeadInput<'_>) -> bool {
+        input.local_scores.len() + input.bulk_len < self.min_context
+    }
+}
+
+/// Dense's decision: long-context unless there is no bulk.
+fn dense(input: &HeadInput<'_>) -> Decision {
+    if input.bulk_len == 0 {
+        Decision::LOCAL
+    } else {
+        Decision::LONG
+    }
+}
+
+impl<C: LocalityCriterion> LocalityCriterion for DenseBelow<C> {
+    fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
+        if self.short(input) {
+            return Ok(dense(input));
+        }
+        self.inner.decide(input)
+    }
+    /// The inner criterion's name (the threshold is a parameter, as tau is).
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
+        self.inner.decision_flops(d, bulk_len)
+    }
+    fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
+        self.inner.decision_bytes(d, bulk_len)
+    }
+    /// The inner criterion's: the summaries must be current when the context reaches the
+    /// threshold.
+    fn bulk_summaries(&self) -> BulkSummaries {
+        self.inner.bulk_summaries()
+    }
+    fn tau(&self) -> Option<Tau> {
+        self.inner.tau()
+    }
+    fn decide_group(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<bool> {
+        match inputs.first() {
+            Some(first) if self.short(first) => {
+                if inputs.len() != out.len() {
+                    return Err(CoreError::DimensionMismatch {
+                        what: "decisions of a group",
+                        expected: inputs.len(),
+                        found: out.len(),
+                    });
+                }
+                let mut any_long = false;
+                for (input, o) in inputs.iter().zip(out.iter_mut()) {
+                    *o = dense(input);
+                    any_long |= !o.local;
+                }
+                Ok(any_long)
+            }
+            _ => self.inner.decide_group(inputs, out),
+        }
+    }
+    fn choose_pages(
+        &self,
+        inputs: &[HeadInput<'_>],
+        out: &mut [Decision],
+        selection: &mut PageSelection,
+    ) -> Result<GroupRead> {
+        match inputs.first() {
+            Some(first) if self.short(first) => Ok(GroupRead::Full),
+            _ => self.inner.choose_pages(inputs, out, selection),
+        }
+    }
+    fn select_group(
+        &self,
+        inputs: &[HeadInput<'_>],
+        out: &mut [Decision],
+        selection: &mut PageSelection,
+    ) -> Result<GroupRead> {
+        match inputs.first() {
+            Some(first) if self.short(first) => {
+                selection.clear(0);
+                Ok(if self.decide_group(inputs, out)? {
+                    GroupRead::Full
+                } else {
+                    GroupRead::Local
+                })
+            }
+            _ => self.inner.select_group(inputs, out, selection),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Window;
+    use qada_stats::{KeyMoments, Rows};
+
+    fn input<'a>(local: &'a [f32], bulk_len: usize, m: &'a KeyMoments) -> HeadInput<'a> {
+        HeadInput {
+            layer: 0,
+            head: 0,
+            query: &[1.0, 0.0],
+            scale: 1.0,
+            local_scores: local,
+            bulk_len,
+            bulk_moments: m,
+            bulk_keys: Rows::F32(&[]),
+            bulk_pages: None,
+            bulk_clusters: None,
+        }
+    }
+
+    #[test]
+    fn dense_below_the_threshold_the_inner_criterion_from_it() {
+        let m = KeyMoments::new(2);
+        let local = [0.0f32; 4];
+        // the window says local wherever there is a bulk; dense below 10 keys of context
+        let c = DenseBelow::new(Window, 10).unwrap();
+        assert_eq!(c.decide(&input(&local, 5, &m)).unwrap(), Decision::LONG);
+        assert!(c.decide(&input(&local, 6, &m)).unwrap().local);
+        assert!(c.decide(&input(&local, 0, &m)).unwrap().local);
+        let mut sel = PageSelection::new();
+        let mut out = [Decision::LOCAL; 2];
+        let short = [input(&local, 5, &m), input(&local, 5, &m)];
+        assert_eq!(
+            c.select_group(&short, &mut out, &mut sel).unwrap(),
+            GroupRead::Full
+        );
+        assert_eq!(out, [Decision::LONG; 2]);
+        let long = [input(&local, 6, &m), input(&local, 6, &m)];
+        assert_eq!(
+            c.select_group(&long, &mut out, &mut sel).unwrap(),
+            GroupRead::Local
+        );
+        assert!(out.iter().all(|o| o.local));
+        assert_eq!(c.name(), "window");
+        assert!(DenseBelow::new(Window, 0).is_err());
+    }
+}
