@@ -736,6 +736,11 @@ fn bench_reports_speed_bytes_and_the_oracle_ceiling() {
         let sum = g("local") + g("decide") + g("bulk") + g("merge");
         assert!((sum - g("total")).abs() < 1e-9, "{mode}: {ph}");
         assert!(g("local") > 0.0 && g("merge") > 0.0, "{mode}: {ph}");
+        // the criterion's part of the decisions: some time, within the phase
+        assert!(
+            g("select") > 0.0 && g("select") <= g("decide"),
+            "{mode}: {ph}"
+        );
         assert!(
             g("total") < f(&format!("{mode}_ms_per_token")),
             "{mode}: {r}"

@@ -55,6 +55,10 @@ pub struct PhaseTimes {
     pub local: f64,
     /// Phase 2: the criterion's decisions and, for a selecting criterion, its page choice.
     pub decide: f64,
+    /// Part of phase 2: the criterion's own work, the slowest group's `select_group` where
+    /// the groups run in parallel (their sum where they run in turn). The rest of `decide` is
+    /// handing the groups to the threads and waiting for the last.
+    pub select: f64,
     /// Phase 3: the bulk rows the long heads read.
     pub bulk: f64,
     /// Phase 4: the local weights and values, merged with the bulk's partial states.
@@ -62,7 +66,7 @@ pub struct PhaseTimes {
 }
 
 impl PhaseTimes {
-    /// The four phases together.
+    /// The four phases together (`select` is part of `decide`).
     pub fn total(&self) -> f64 {
         self.local + self.decide + self.bulk + self.merge
     }
@@ -71,6 +75,7 @@ impl PhaseTimes {
     pub fn add(&mut self, other: &PhaseTimes) {
         self.local += other.local;
         self.decide += other.decide;
+        self.select += other.select;
         self.bulk += other.bulk;
         self.merge += other.merge;
     }
@@ -390,10 +395,11 @@ mod tests {
     #[test]
     fn layer_times_add_up_by_phase_and_merge() {
         let mut acc = Accounting::new(2, 2);
-        let reads = |local, decide, bulk, merge| LayerReads {
+        let reads = |local, decide: f64, bulk, merge| LayerReads {
             times: PhaseTimes {
                 local,
                 decide,
+                select: decide / 2.0,
                 bulk,
                 merge,
             },
@@ -426,6 +432,7 @@ mod tests {
         let want = PhaseTimes {
             local: 1.5,
             decide: 2.25,
+            select: 1.125,
             bulk: 4.0,
             merge: 8.125,
         };
@@ -438,6 +445,7 @@ mod tests {
         merged.merge(&acc);
         assert_eq!(merged.times.total(), 2.0 * want.total());
         assert_eq!(merged.times.decide, 4.5);
+        assert_eq!(merged.times.select, 2.25);
     }
 
     #[test]

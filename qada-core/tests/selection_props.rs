@@ -246,6 +246,12 @@ proptest! {
         // the step's phases were timed (the local scores and the merge always run), and the
         // accounting took those times
         prop_assert!(reads.times.local > 0.0 && reads.times.merge > 0.0, "{:?}", reads.times);
+        // the criterion's part of phase 2 is within it
+        prop_assert!(
+            reads.times.select > 0.0 && reads.times.select <= reads.times.decide,
+            "{:?}",
+            reads.times
+        );
         prop_assert_eq!(acc.times, reads.times);
         for (g, &r) in reads.group_rows.iter().enumerate() {
             // a group reads the union of its heads' rows, which is at least each head's

@@ -107,6 +107,7 @@ fn phase_json(t: &PhaseTimes, tokens: f64) -> serde_json::Value {
     json!({
         "local": ms(t.local),
         "decide": ms(t.decide),
+        "select": ms(t.select),
         "bulk": ms(t.bulk),
         "merge": ms(t.merge),
         "total": ms(t.total()),

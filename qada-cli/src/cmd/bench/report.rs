@@ -122,12 +122,13 @@ pub fn print_tables(a: &Args, h: &Header<'_>, results: &[serde_json::Value]) {
 fn print_phases(a: &Args, results: &[serde_json::Value]) {
     println!(
         "a step's time, ms a token (mean of the runs): attention of the decided layers by phase, \
-         measured inside the step (decide: decisions and page choice), and the rest (weights, \
+         measured inside the step (decide: decisions and page choice; select: its part in the \
+         criterion, the slowest KV group's where they run in parallel), and the rest (weights, \
          norms, sliding layers, sampling)"
     );
     println!(
-        "{:>6} | {:>17} | {:>7} | {:>7} | {:>7} | {:>7} | {:>7} | {:>7}",
-        "depth", "mode", "step", "local", "decide", "bulk", "merge", "rest"
+        "{:>6} | {:>17} | {:>7} | {:>7} | {:>7} | {:>7} | {:>7} | {:>7} | {:>7}",
+        "depth", "mode", "step", "local", "decide", "select", "bulk", "merge", "rest"
     );
     for r in results {
         for name in MODES.iter().take(n_modes(a)) {
@@ -137,12 +138,13 @@ fn print_phases(a: &Args, results: &[serde_json::Value]) {
                 .as_f64()
                 .unwrap_or(f64::NAN);
             println!(
-                "{:>6} | {:>17} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2}",
+                "{:>6} | {:>17} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2} | {:>7.2}",
                 r["depth"].as_u64().unwrap_or(0),
                 name,
                 step,
                 f("local"),
                 f("decide"),
+                f("select"),
                 f("bulk"),
                 f("merge"),
                 step - f("total")
