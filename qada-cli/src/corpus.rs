@@ -130,15 +130,68 @@ impl Corpus {
     /// Speeches of a part in an order fixed by `seed`, joined by blank lines, at least
     /// `min_chars` long (the part repeats if it is shorter).
     pub fn running_text(&self, part: Part, min_chars: usize, seed: u64) -> String {
+        self.running_text_from(part, min_chars, seed, 0)
+    }
+
+    /// [`Corpus::running_text`] from the `first`-th speech of the seed's order on (modulo the
+    /// part's size): texts of one seed and distinct `first` below the part's size start with
+    /// distinct speeches, where texts of distinct seeds may start with the same one.
+    pub fn running_text_from(
+        &self,
+        part: Part,
+        min_chars: usize,
+        seed: u64,
+        first: usize,
+    ) -> String {
         let mut order = self.part(part);
         order.shuffle(&mut StdRng::seed_from_u64(seed));
         let mut out = String::new();
-        let mut i = 0;
+        let mut i = first;
         while out.len() < min_chars {
             out.push_str(order[i % order.len()].text.trim());
             out.push_str("\n\n");
             i += 1;
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn corpus() -> Corpus {
+        let speeches = (0..12)
+            .map(|i| Speech {
+                year: if i < 6 { 1850 + i } else { 1950 + i },
+                name: format!("speech-{i}"),
+                text: format!("Speech number {i}. ").repeat(50),
+            })
+            .collect();
+        Corpus { speeches }
+    }
+
+    #[test]
+    fn running_texts_from_distinct_firsts_start_with_distinct_speeches() {
+        let c = corpus();
+        let firsts: Vec<String> = (0..6)
+            .map(|s| c.running_text_from(Part::Calibration, 2000, 100, s)[..20].to_string())
+            .collect();
+        let mut unique = firsts.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), 6, "{firsts:?}");
+        assert_eq!(
+            c.running_text(Part::Calibration, 2000, 100),
+            c.running_text_from(Part::Calibration, 2000, 100, 0)
+        );
+        // past the part's size the order wraps
+        assert_eq!(
+            c.running_text_from(Part::Calibration, 2000, 100, 6),
+            c.running_text_from(Part::Calibration, 2000, 100, 0)
+        );
+        assert!(c
+            .running_text_from(Part::Evaluation, 2000, 100, 3)
+            .starts_with("Speech number"));
     }
 }

@@ -613,6 +613,22 @@ fn eval_on_the_calibration_half_is_not_resumed_as_the_evaluation_half() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("--part calibration (now (default))"), "{err}");
     ok(&run(&["--resume", "--part", "calibration"]));
+    // a run from before fidelity's texts got a first speech per sample (no field) does not mix
+    let mut old: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    assert_eq!(old["fidelity_texts"], 2, "{old}");
+    old.as_object_mut().unwrap().remove("fidelity_texts");
+    std::fs::write(dir.join("run.json"), old.to_string()).unwrap();
+    let o = run(&["--resume", "--part", "calibration"]);
+    assert!(
+        !o.status.success(),
+        "resumed records of other fidelity texts"
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("fidelity's held-out texts drawn as in version 1 (this build: 2)"),
+        "{err}"
+    );
 }
 
 #[test]

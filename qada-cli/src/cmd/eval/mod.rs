@@ -186,8 +186,14 @@ pub(crate) fn run_identity(
         "local": cache.window.local,
         "activations": model.activations().name(),
         "channels": channels,
+        "fidelity_texts": FIDELITY_TEXTS,
     })
 }
+
+/// How fidelity's held-out texts are drawn: 1, a seed per sample (two samples could repeat a
+/// prompt); 2, one order with each sample from its own first speech. Records of the two do
+/// not mix.
+const FIDELITY_TEXTS: u64 = 2;
 
 /// A run identity with the fields added since the first runs filled in as those runs had them:
 /// f32 activations, 8 channels.
@@ -197,6 +203,7 @@ fn with_defaults(id: &serde_json::Value) -> serde_json::Value {
         o.entry("activations").or_insert_with(|| json!("f32"));
         o.entry("channels")
             .or_insert_with(|| json!(qada_core::DEFAULT_CHANNELS));
+        o.entry("fidelity_texts").or_insert_with(|| json!(1));
     }
     id
 }
@@ -228,12 +235,18 @@ pub(crate) fn check_identity(
             let differs: Vec<String> = keys
                 .into_iter()
                 .filter(|k| old.get(k.as_str()) != id.get(k.as_str()))
-                .map(|k| {
-                    format!(
+                .map(|k| match k.as_str() {
+                    // not a flag: the way this build draws fidelity's texts
+                    "fidelity_texts" => format!(
+                        "fidelity's held-out texts drawn as in version {} (this build: {})",
+                        plain(&old[k.as_str()]),
+                        plain(&id[k.as_str()])
+                    ),
+                    _ => format!(
                         "--{k} {} (now {})",
                         plain(&old[k.as_str()]),
                         plain(&id[k.as_str()])
-                    )
+                    ),
                 })
                 .collect();
             return fail(format!(

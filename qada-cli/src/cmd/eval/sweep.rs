@@ -89,6 +89,10 @@ pub fn depth(i: usize, n: usize) -> f64 {
     }
 }
 
+/// The order of the speeches fidelity's held-out texts are taken from (sample `s` from its
+/// `s`-th speech on: [`crate::corpus::Corpus::running_text_from`]).
+const FIDELITY_SEED: u64 = 100;
+
 /// The seed of a prompt: distinct per (task, length, sample), fixed across runs.
 fn seed(task: EvalTask, len: usize, sample: usize) -> u64 {
     let t = EvalTask::all().iter().position(|&x| x == task).unwrap_or(0) as u64;
@@ -409,9 +413,11 @@ impl Sweep<'_> {
             if todo.is_empty() {
                 continue;
             }
+            // one order of the speeches, each sample from its own first speech: samples
+            // of seeds of their own could start with the same long speech and repeat a prompt
             let text = self
                 .corpus
-                .running_text(self.part, (len + 1) * 8, 100 + s as u64);
+                .running_text_from(self.part, (len + 1) * 8, FIDELITY_SEED, s);
             let ids = self.model.tokenizer().encode(&text)?;
             if ids.len() < len + 1 {
                 return fail(format!(
