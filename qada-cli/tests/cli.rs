@@ -89,69 +89,9 @@ fn calibrate_tau_writes_a_setting_that_generate_takes() {
     let dir = std::env::temp_dir().join(format!("qada-cal-tau-{}", std::process::id()));
     let out = dir.join("s.json");
     let (dir_s, out_s) = (dir.to_str().unwrap(), out.to_str().unwrap());
-    let o = qada(&[
-        "calibrate",
-        "tau",
-        "--model",
-        m,
-        "--lengths",
-        "1024",
-        "--samples",
-        "1",
-        "--taus",
-        "0.9",
-        "--methods",
-        "hybrid",
-        "--groups",
-        "head",
-        "--min-saving",
-        "0",
-        "--work-dir",
-        dir_s,
-        "--out",
-        out_s,
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let setting: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let criterion = setting["criterion"].as_str().unwrap().to_string();
-    assert!(
-        ["dense", "hybrid"].contains(&criterion.as_str()),
-        "{setting}"
-    );
-    assert_eq!(setting["tried"], 2);
-    assert_eq!(setting["channels"], 8);
-    let made_by = setting["made_by"].as_str().unwrap();
-    assert!(made_by.contains("--channels 8"), "{made_by}");
-    // its records were made with 8 channels: resuming with 16 is refused, not mixed
-    assert_clean_failure(
-        &qada(&[
-            "calibrate",
-            "tau",
-            "--model",
-            m,
-            "--lengths",
-            "1024",
-            "--samples",
-            "1",
-            "--taus",
-            "0.9",
-            "--methods",
-            "hybrid",
-            "--channels",
-            "16",
-            "--resume",
-            "--work-dir",
-            dir_s,
-            "--out",
-            out_s,
-        ]),
-        "--channels 8",
-    );
-    // a threshold under which the lengths would be measured is refused; one below every
-    // measured step resumes the same records and is written to the setting
-    let with_threshold = |n: &str| {
-        qada(&[
+    // one hybrid threshold at 1024 tokens, one prompt; `extra` flags added
+    let calibrate = |extra: &[&str]| {
+        let mut args = vec![
             "calibrate",
             "tau",
             "--model",
@@ -168,15 +108,35 @@ fn calibrate_tau_writes_a_setting_that_generate_takes() {
             "head",
             "--min-saving",
             "0",
-            "--dense-below",
-            n,
-            "--resume",
             "--work-dir",
             dir_s,
             "--out",
             out_s,
-        ])
+        ];
+        args.extend_from_slice(extra);
+        qada(&args)
     };
+    let o = calibrate(&[]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let setting: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let criterion = setting["criterion"].as_str().unwrap().to_string();
+    assert!(
+        ["dense", "hybrid"].contains(&criterion.as_str()),
+        "{setting}"
+    );
+    assert_eq!(setting["tried"], 2);
+    assert_eq!(setting["channels"], 8);
+    let made_by = setting["made_by"].as_str().unwrap();
+    assert!(made_by.contains("--channels 8"), "{made_by}");
+    // its records were made with 8 channels: resuming with 16 is refused, not mixed
+    assert_clean_failure(
+        &calibrate(&["--channels", "16", "--resume"]),
+        "--channels 8",
+    );
+    // a threshold under which the lengths would be measured is refused; one below every
+    // measured step resumes the same records and is written to the setting
+    let with_threshold = |n: &str| calibrate(&["--dense-below", n, "--resume"]);
     assert_clean_failure(
         &with_threshold("1000"),
         "calibrate at lengths of at least 1031",

@@ -10,7 +10,7 @@
 use qada_stats::BulkSummaries;
 
 use crate::selection::{GroupRead, PageSelection};
-use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
+use crate::{CoreError, Decision, Dense, HeadInput, LocalityCriterion, Result, Tau};
 
 /// `inner` from a context of `min_context` keys on; dense below it.
 #[derive(Clone, Debug)]
@@ -47,23 +47,19 @@ impl<C: LocalityCriterion> DenseBelow<C> {
     fn short(&self, input: &HeadInput<'_>) -> bool {
         input.local_scores.len() + input.bulk_len < self.min_context
     }
-}
-
-/// Dense's decision: long-context unless there is no bulk.
-fn dense(input: &HeadInput<'_>) -> Decision {
-    if input.bulk_len == 0 {
-        Decision::LOCAL
-    } else {
-        Decision::LONG
+    /// Who decides for a step whose first head is `first`: [`Dense`] below the threshold,
+    /// the inner criterion from it (a group's heads share their context).
+    fn who(&self, first: Option<&HeadInput<'_>>) -> &dyn LocalityCriterion {
+        match first {
+            Some(input) if self.short(input) => &Dense,
+            _ => &self.inner,
+        }
     }
 }
 
 impl<C: LocalityCriterion> LocalityCriterion for DenseBelow<C> {
     fn decide(&self, input: &HeadInput<'_>) -> Result<Decision> {
-        if self.short(input) {
-            return Ok(dense(input));
-        }
-        self.inner.decide(input)
+        self.who(Some(input)).decide(input)
     }
     /// The inner criterion's name (the threshold is a parameter, as tau is).
     fn name(&self) -> &str {
@@ -84,24 +80,7 @@ impl<C: LocalityCriterion> LocalityCriterion for DenseBelow<C> {
         self.inner.tau()
     }
     fn decide_group(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<bool> {
-        match inputs.first() {
-            Some(first) if self.short(first) => {
-                if inputs.len() != out.len() {
-                    return Err(CoreError::DimensionMismatch {
-                        what: "decisions of a group",
-                        expected: inputs.len(),
-                        found: out.len(),
-                    });
-                }
-                let mut any_long = false;
-                for (input, o) in inputs.iter().zip(out.iter_mut()) {
-                    *o = dense(input);
-                    any_long |= !o.local;
-                }
-                Ok(any_long)
-            }
-            _ => self.inner.decide_group(inputs, out),
-        }
+        self.who(inputs.first()).decide_group(inputs, out)
     }
     fn choose_pages(
         &self,
@@ -109,10 +88,8 @@ impl<C: LocalityCriterion> LocalityCriterion for DenseBelow<C> {
         out: &mut [Decision],
         selection: &mut PageSelection,
     ) -> Result<GroupRead> {
-        match inputs.first() {
-            Some(first) if self.short(first) => Ok(GroupRead::Full),
-            _ => self.inner.choose_pages(inputs, out, selection),
-        }
+        self.who(inputs.first())
+            .choose_pages(inputs, out, selection)
     }
     fn select_group(
         &self,
@@ -120,17 +97,8 @@ impl<C: LocalityCriterion> LocalityCriterion for DenseBelow<C> {
         out: &mut [Decision],
         selection: &mut PageSelection,
     ) -> Result<GroupRead> {
-        match inputs.first() {
-            Some(first) if self.short(first) => {
-                selection.clear(0);
-                Ok(if self.decide_group(inputs, out)? {
-                    GroupRead::Full
-                } else {
-                    GroupRead::Local
-                })
-            }
-            _ => self.inner.select_group(inputs, out, selection),
-        }
+        self.who(inputs.first())
+            .select_group(inputs, out, selection)
     }
 }
 
