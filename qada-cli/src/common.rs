@@ -332,6 +332,19 @@ pub fn reports_share(criterion: &str) -> bool {
     !matches!(criterion, "dense" | "window" | "static")
 }
 
+/// Refuse a `--dense-below n` outside 1 to the model's context length `ctx` (past it, the
+/// criterion would never decide).
+pub fn check_dense_below(n: usize, ctx: usize) -> CliResult<()> {
+    if n == 0 || n > ctx {
+        return fail(format!(
+            "--dense-below {n}: the context length from which the criterion decides must be \
+             between 1 and the model's context length ({ctx}); leave it out to decide from the \
+             first token"
+        ));
+    }
+    Ok(())
+}
+
 /// The threshold when `--tau` is not given.
 pub const DEFAULT_TAU: f64 = 0.6;
 
@@ -455,12 +468,10 @@ impl CriterionArgs {
         };
         match self.dense_below {
             None => Ok(c),
-            Some(n) if n == 0 || n > ctx => fail(format!(
-                "--dense-below {n}: the context length from which the criterion decides must \
-                 be between 1 and the model's context length ({ctx}); leave it out to decide \
-                 from the first token"
-            )),
-            Some(n) => Ok(Box::new(DenseBelow::new(c, n)?)),
+            Some(n) => {
+                check_dense_below(n, ctx)?;
+                Ok(Box::new(DenseBelow::new(c, n)?))
+            }
         }
     }
 

@@ -131,10 +131,6 @@ pub struct LayerScratch {
     /// Per KV group: what the criterion chose to read, and its pages.
     reads_of: Vec<GroupRead>,
     selections: Vec<PageSelection>,
-    /// Per KV group: the seconds its `select_group` took in the last step; and phase 2's
-    /// part in the criterion (the slowest group where they run in parallel, else the sum).
-    select_secs: Vec<f64>,
-    select_time: f64,
     /// What the last step read and computed.
     reads: LayerReads,
 }
@@ -177,8 +173,6 @@ impl LayerScratch {
             state: None,
             decisions: Vec::with_capacity(n_kv_heads * group),
             reads_of: Vec::with_capacity(n_kv_heads),
-            select_secs: Vec::with_capacity(n_kv_heads),
-            select_time: 0.0,
             selections: (0..n_kv_heads)
                 .map(|_| {
                     let mut s = PageSelection::new();
@@ -463,7 +457,7 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
     let t0 = Instant::now();
     scratch.score_local(shape, queries, kv, map)?;
     let t1 = Instant::now();
-    scratch.decide(shape, criterion, layer, queries, kv, map.scale)?;
+    let select = scratch.decide(shape, criterion, layer, queries, kv, map.scale)?;
     let t2 = Instant::now();
     scratch.attend_bulk(shape, queries, kv, map)?;
     let t3 = Instant::now();
@@ -472,7 +466,7 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
     scratch.reads.times = PhaseTimes {
         local: (t1 - t0).as_secs_f64(),
         decide: (t2 - t1).as_secs_f64(),
-        select: scratch.select_time,
+        select,
         bulk: (t3 - t2).as_secs_f64(),
         merge: (t4 - t3).as_secs_f64(),
     };
@@ -524,7 +518,8 @@ impl LayerScratch {
 
     /// Phase 2: decide, group by group (the criterion may decide a group as one: see
     /// `Grouped`), and say what each group reads of its bulk. Selecting pages scans a
-    /// summary per page: worth a core per group on long bulks.
+    /// summary per page: worth a core per group on long bulks. Returns the seconds spent in
+    /// the criterion: the slowest group's where the groups run in parallel, else their sum.
     fn decide<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
         &mut self,
         Shape {
@@ -539,7 +534,7 @@ impl LayerScratch {
         queries: &[f32],
         kv: &K,
         scale: f32,
-    ) -> Result<()> {
+    ) -> Result<f64> {
         if self.selections.len() < n_kv {
             self.selections.resize(n_kv, PageSelection::new());
         }
@@ -581,35 +576,31 @@ impl LayerScratch {
         let bulk = kv.segments(0).bulk_len();
         let (sels, reads_of) = (&mut self.selections[..n_kv], &mut self.reads_of[..]);
         let decisions = &mut self.decisions[..];
-        // each group's time in its criterion
-        let timed = |g: usize, out: &mut [Decision], sel: &mut PageSelection| {
+        // each group's read, and the seconds it took in the criterion
+        let timed = |g: usize, out: &mut [Decision], sel: &mut PageSelection, read: &mut _| {
             let t0 = Instant::now();
-            decide(g, out, sel).map(|r| (r, t0.elapsed().as_secs_f64()))
+            *read = decide(g, out, sel)?;
+            Ok(t0.elapsed().as_secs_f64())
         };
-        self.select_secs.clear();
-        self.select_secs.resize(n_kv, 0.0);
-        let secs = &mut self.select_secs[..];
         if n_kv > 1 && bulk >= PARALLEL_SELECTION && criterion.bulk_summaries().page.is_some() {
             decisions
                 .par_chunks_mut(group)
                 .zip(sels.par_iter_mut())
-                .zip(reads_of.par_iter_mut().zip(secs.par_iter_mut()))
+                .zip(reads_of.par_iter_mut())
                 .enumerate()
-                .try_for_each(|(g, ((out, sel), (read, s)))| {
-                    timed(g, out, sel).map(|(r, t)| (*read, *s) = (r, t))
-                })?;
-            self.select_time = self.select_secs.iter().copied().fold(0.0, f64::max);
+                .map(|(g, ((out, sel), read))| timed(g, out, sel, read))
+                .try_reduce(|| 0.0, |a, b| Ok(a.max(b)))
         } else {
             let groups = decisions
                 .chunks_mut(group)
                 .zip(sels.iter_mut())
-                .zip(reads_of.iter_mut().zip(secs.iter_mut()));
-            for (g, ((out, sel), (read, s))) in groups.enumerate() {
-                (*read, *s) = timed(g, out, sel)?;
+                .zip(reads_of.iter_mut());
+            let mut total = 0.0;
+            for (g, ((out, sel), read)) in groups.enumerate() {
+                total += timed(g, out, sel, read)?;
             }
-            self.select_time = self.select_secs.iter().sum();
+            Ok(total)
         }
-        Ok(())
     }
 
     /// Phase 3: the bulk rows of groups with a long head, in tasks of up to [`CHUNK`] rows run

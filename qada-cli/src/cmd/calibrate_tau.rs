@@ -22,9 +22,9 @@ use qada_model::Model;
 use super::eval::configs::{configs, parse_groups, parse_list, parse_methods};
 use super::eval::records::RecordLog;
 use super::eval::rows::{rows, Row, ACCURACY};
-use super::eval::sweep::{units, EvalTask, Sweep};
+use super::eval::sweep::{units, EvalTask, Sweep, FIDELITY_STEPS};
 use super::eval::{check_identity, run_identity, ANSWER_ROOM};
-use crate::common::{fail, load_model, CacheArgs, CliResult, ModelArgs};
+use crate::common::{check_dense_below, fail, load_model, CacheArgs, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part, SPLIT_YEAR};
 use crate::setting::{Evidence, MethodBest, ModelId, Setting, FORMAT};
 use statrs::distribution::{ContinuousCDF, Normal};
@@ -321,7 +321,7 @@ pub fn run(a: Args) -> CliResult<()> {
         return fail("--samples must be at least 1");
     }
     if let Some(n) = a.dense_below {
-        check_dense_below(n, &lengths, ctx)?;
+        check_measured_above(n, &lengths, ctx)?;
     }
     let corpus = Corpus::load(a.corpus.as_deref())?;
     let window = a.cache.window.window()?;
@@ -380,18 +380,11 @@ pub fn run(a: Args) -> CliResult<()> {
     Ok(())
 }
 
-/// Teacher-forced steps of a fidelity prompt: the last of its tokens.
-const FIDELITY_STEPS: usize = 32;
-
-/// Refuse a `--dense-below n` under which some length would be measured: every measured
-/// step (the first teacher-forced one of fidelity at `len - FIDELITY_STEPS + 1` keys, an
-/// answer after its prompt of `len`) must see a context of at least `n`.
-fn check_dense_below(n: usize, lengths: &[usize], ctx: usize) -> CliResult<()> {
-    if n == 0 || n > ctx {
-        return fail(format!(
-            "--dense-below {n}: must be between 1 and the model's context length ({ctx})"
-        ));
-    }
+/// Refuse a `--dense-below n` out of range, or under which some length would be measured:
+/// every measured step (the first teacher-forced one of fidelity at `len - FIDELITY_STEPS + 1`
+/// keys, an answer after its prompt of `len`) must see a context of at least `n`.
+fn check_measured_above(n: usize, lengths: &[usize], ctx: usize) -> CliResult<()> {
+    check_dense_below(n, ctx)?;
     if let Some(&l) = lengths.iter().find(|&&l| l + 1 < n + FIDELITY_STEPS) {
         return fail(format!(
             "--dense-below {n}: at length {l} the setting would run dense for some of the \

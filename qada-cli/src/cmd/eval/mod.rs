@@ -44,7 +44,7 @@ mod times;
 use configs::{configs, parse_groups, parse_list, parse_methods, Config};
 use records::{read_records, Record, RecordLog};
 use shard::{Shard, ShardFile};
-use sweep::{EvalTask, Sweep};
+use sweep::{EvalTask, Sweep, FIDELITY_STEPS, FIDELITY_TEXTS};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -189,11 +189,6 @@ pub(crate) fn run_identity(
         "fidelity_texts": FIDELITY_TEXTS,
     })
 }
-
-/// How fidelity's held-out texts are drawn: 1, a seed per sample (two samples could repeat a
-/// prompt); 2, one order with each sample from its own first speech. Records of the two do
-/// not mix.
-const FIDELITY_TEXTS: u64 = 2;
 
 /// A run identity with the fields added since the first runs filled in as those runs had them:
 /// f32 activations, 8 channels.
@@ -527,7 +522,7 @@ fn eval_sweep<'a>(
         cfgs: &[],
         table: None,
         samples,
-        fidelity_steps: if a.quick { 16 } else { 32 },
+        fidelity_steps: if a.quick { 16 } else { FIDELITY_STEPS },
         gate: !a.no_gate,
         passkey: PasskeyTask::new(model.tokenizer())?,
         ruler: RulerPrompts::new(model.tokenizer())?,

@@ -93,6 +93,14 @@ pub fn depth(i: usize, n: usize) -> f64 {
 /// `s`-th speech on: [`crate::corpus::Corpus::running_text_from`]).
 const FIDELITY_SEED: u64 = 100;
 
+/// How fidelity's held-out texts are drawn, in every run's identity (`run.json`): 1, a seed
+/// per sample (two samples could repeat a prompt); 2, [`FIDELITY_SEED`]'s order with each
+/// sample from its own first speech. Records of the two do not mix.
+pub const FIDELITY_TEXTS: u64 = 2;
+
+/// Teacher-forced steps of a fidelity prompt (its last tokens), but for `eval --quick`.
+pub const FIDELITY_STEPS: usize = 32;
+
 /// The seed of a prompt: distinct per (task, length, sample), fixed across runs.
 fn seed(task: EvalTask, len: usize, sample: usize) -> u64 {
     let t = EvalTask::all().iter().position(|&x| x == task).unwrap_or(0) as u64;
