@@ -632,6 +632,41 @@ fn eval_on_the_calibration_half_is_not_resumed_as_the_evaluation_half() {
 }
 
 #[test]
+fn dense_int8_measures_the_fast_paths_drift_and_leaves_the_next_reference_exact() {
+    // dense-int8 runs last on sample 0: sample 1's dense reference, decoded after it on the
+    // same session, must be f32 again (dense's KL to it 0)
+    let dir = tmp("eval-int8");
+    ok(&qada(&[
+        "eval",
+        "--task",
+        "fidelity",
+        "--lengths",
+        "400",
+        "--samples",
+        "2",
+        "--methods",
+        "dense,dense-int8",
+        "--quick",
+        "--out-dir",
+        dir.to_str().unwrap(),
+    ]));
+    let lines = eval_records(&dir);
+    assert_eq!(lines.len(), 4);
+    for r in &lines {
+        let kl = r["sums"]["kl"].as_f64().unwrap();
+        let steps = r["units"].as_f64().unwrap();
+        match r["method"].as_str().unwrap() {
+            "dense" => assert_eq!(kl, 0.0, "{r}"),
+            "dense-int8" => {
+                assert!(kl > 0.0 && kl / steps < 0.05, "{r}");
+                assert_eq!(r["kv_bytes"], r["dense_kv_bytes"], "{r}");
+            }
+            m => panic!("method {m}"),
+        }
+    }
+}
+
+#[test]
 fn eval_runs_several_samples_per_length_each_from_its_own_prefill() {
     // a second prefill starts the cache over: sample 0's methods must not restore a
     // checkpoint the second prefill replaced

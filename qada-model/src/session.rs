@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::block::{self, Attend, Buffers};
 use crate::model::Model;
 use crate::ops::rms_norm;
+use crate::qlinear::ActPrecision;
 use crate::{ModelError, Result};
 
 /// Tokens per prefill block: large enough for gemm to run at full speed and to amortize
@@ -268,14 +269,30 @@ impl<'m> Session<'m> {
         Ok(self.cache.set_moments_mode(mode)?)
     }
 
+    /// Decode with activations at `precision` from now on: the products of every decoding
+    /// step quantize their input as `precision` says, while prefill keeps the model's
+    /// ([`Model::activations`]) and [`Session::start_over`] returns decoding to them. On one
+    /// cache this isolates what int8 activations change in a step (`qada eval`'s
+    /// `dense-int8`, the fast path's own drift beside a criterion's).
+    pub fn set_decode_activations(&mut self, precision: ActPrecision) {
+        self.rows.acts.precision = precision;
+    }
+
+    /// The activations decoding steps use ([`Session::set_decode_activations`]).
+    pub fn decode_activations(&self) -> ActPrecision {
+        self.rows.acts.precision
+    }
+
     /// Forget the sequence and decode the next one with `criterion` and `moments` (a session
-    /// reused across configurations otherwise keeps the last one's).
+    /// reused across configurations otherwise keeps the last one's), with the model's
+    /// activations.
     pub fn start_over(
         &mut self,
         criterion: Box<dyn LocalityCriterion>,
         moments: MomentsMode,
     ) -> Result<()> {
         self.reset();
+        self.rows.acts.precision = self.model.activations;
         self.set_criterion(criterion)?;
         self.set_moments_mode(moments)
     }

@@ -95,3 +95,44 @@ fn compare(precision: ActPrecision, bound: f32) {
     }
     eprintln!("largest logit difference, quantized ({precision:?} activations) vs f32: {worst}");
 }
+
+/// A session's decoding may take other activations than its model's prefill: a step with
+/// int8 activations on an f32-prefilled cache moves the logits within the int8 bound and
+/// keeps the greedy token; setting f32 back gives the f32 step to the bit, and `start_over`
+/// returns to the model's activations.
+#[test]
+fn decode_activations_switch_per_session() {
+    let exact = load(WeightFormat::Native, ActPrecision::F32);
+    let r = common::reference();
+    let p = &r["prompts"][0];
+    let tokens = common::ids(&p["token_ids"]);
+    let next = common::ids(&p["greedy"]["ids"])[0];
+    let mut s = common::dense_session(&exact);
+    s.prefill(&tokens, &mut |_, _| {}).unwrap();
+    let cp = s.checkpoint();
+    assert_eq!(s.decode_activations(), ActPrecision::F32);
+    let f32_step = s.step(next).unwrap().to_vec();
+
+    s.restore(&cp).unwrap();
+    s.set_decode_activations(ActPrecision::Int8);
+    assert_eq!(s.decode_activations(), ActPrecision::Int8);
+    let int8_step = s.step(next).unwrap().to_vec();
+    assert_eq!(common::argmax(&int8_step), common::argmax(&f32_step));
+    let moved = f32_step
+        .iter()
+        .zip(&int8_step)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(
+        moved > 0.0 && moved < 2.0,
+        "int8 decoding moved logits by {moved}"
+    );
+
+    s.restore(&cp).unwrap();
+    s.set_decode_activations(ActPrecision::F32);
+    assert_eq!(s.step(next).unwrap(), &f32_step[..]);
+    s.set_decode_activations(ActPrecision::Int8);
+    s.start_over(Box::new(qada_core::Dense), qada_kv::MomentsMode::Update)
+        .unwrap();
+    assert_eq!(s.decode_activations(), ActPrecision::F32);
+}

@@ -1,6 +1,9 @@
 //! The configurations a sweep compares: dense and window (the two ends), the oracle and QAdA
 //! (with current moments, and with calibration moments) over `tau`, static heads over
 //! `alpha`. Dense is always first: every other configuration is judged against it.
+//! `dense-int8` is dense decoding with int8 activations (what `generate` and `bench` run by
+//! default) from the same f32 checkpoint: the fast path's own drift from the exact one, the
+//! floor beside which a criterion's drift reads.
 
 use std::sync::Arc;
 
@@ -11,7 +14,7 @@ use qada_core::{
 use qada_core::{DEFAULT_CLUSTERS, DEFAULT_MARGIN, DEFAULT_PAGE};
 use qada_core::{DEFAULT_QUEST_TOKENS, DEFAULT_SELECT_PAGE};
 use qada_kv::MomentsMode;
-use qada_model::{Session, SessionCheckpoint};
+use qada_model::{ActPrecision, Session, SessionCheckpoint};
 use qada_stats::MomentTable;
 
 use crate::common::{fail, CliResult};
@@ -19,6 +22,7 @@ use crate::common::{fail, CliResult};
 /// Every method `--methods` may name, in sweep order.
 pub const METHODS: &[&str] = &[
     "dense",
+    "dense-int8",
     "window",
     "oracle",
     "approx-current",
@@ -46,6 +50,8 @@ pub struct Config {
     pub criterion: Arc<dyn LocalityCriterion>,
     /// QAdA with the calibration table's moments instead of the current bulk's.
     pub calibrated: bool,
+    /// Activations of the decoding steps, when not the model's (`dense-int8`).
+    pub activations: Option<ActPrecision>,
 }
 
 /// The methods of a comma-separated `--methods` list, in sweep order, dense always included.
@@ -82,7 +88,7 @@ pub fn configs(
     let mut base: Vec<BaseConfig> = Vec::new();
     for &m in methods {
         match m {
-            "dense" => base.push((m, Arc::new(Dense), None, false)),
+            "dense" | "dense-int8" => base.push((m, Arc::new(Dense), None, false)),
             "window" => base.push((m, Arc::new(Window), None, false)),
             "oracle" => {
                 for &t in taus {
@@ -153,7 +159,7 @@ pub fn configs(
     let mut v = Vec::new();
     for (method, criterion, param, calibrated) in base {
         let modes: &[GroupMode] = match method {
-            "dense" | "window" | "quest" => &[GroupMode::Head],
+            "dense" | "dense-int8" | "window" | "quest" => &[GroupMode::Head],
             _ => groups,
         };
         for &g in modes {
@@ -168,6 +174,7 @@ pub fn configs(
                     g => Arc::new(Grouped::new(criterion.clone(), g)),
                 },
                 calibrated,
+                activations: (method == "dense-int8").then_some(ActPrecision::Int8),
             });
         }
     }
@@ -188,6 +195,8 @@ pub fn setup(
     table: Option<&Arc<MomentTable>>,
 ) -> CliResult<()> {
     session.restore(cp)?;
+    let model = session.model().activations();
+    session.set_decode_activations(c.activations.unwrap_or(model));
     session.set_criterion(Box::new(c.criterion.clone()))?;
     if c.calibrated {
         let Some(table) = table else {
@@ -261,6 +270,18 @@ mod tests {
             ]
         );
         assert!(configs(&["static"], &[], &[0.5], None, &head, DEFAULT_CHANNELS).is_err());
+        // dense-int8: dense's criterion, int8 decoding, once whatever the group modes
+        let modes = [GroupMode::Head, GroupMode::All];
+        let c = configs(&["dense", "dense-int8"], &[0.5], &[], None, &modes, 8).unwrap();
+        let v: Vec<_> = c
+            .iter()
+            .map(|c| (c.method.as_str(), c.activations))
+            .collect();
+        assert_eq!(
+            v,
+            [("dense", None), ("dense-int8", Some(ActPrecision::Int8))]
+        );
+        assert_eq!(c[1].criterion.name(), "dense");
         // group modes: dense and window once, every adaptive setting once per mode
         let modes = [GroupMode::Head, GroupMode::All, GroupMode::Mass];
         let c = configs(

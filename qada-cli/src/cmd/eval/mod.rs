@@ -68,9 +68,11 @@ pub struct Args {
     /// A small sweep for tests (under 2 minutes on SmolLM2 here).
     #[arg(long)]
     quick: bool,
-    /// Methods, comma-separated, among dense, window, oracle, approx-current,
+    /// Methods, comma-separated, among dense, dense-int8, window, oracle, approx-current,
     /// approx-calibration, static, bound, mixture, hybrid, pages, certified, quest,
-    /// pages-oracle, channels and channels-ungated (dense always runs; bound onward over
+    /// pages-oracle, channels and channels-ungated (dense always runs; dense-int8 decodes
+    /// densely with int8 activations, generate's default, from the same checkpoint: the
+    /// fast path's own drift beside the criteria's; bound onward over
     /// --taus with their default page of 32 keys, 4 clusters, margin of 1 nat and 8
     /// channels; pages, certified, pages-oracle and channels select pages of the bulk per KV
     /// group behind QAdA's gate (pages-oracle behind the oracle's, channels-ungated behind
