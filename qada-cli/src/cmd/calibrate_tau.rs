@@ -8,7 +8,12 @@
 //! tasks the mean accuracy (with a few prompts, no answer dense gets may be lost); for
 //! fidelity the one-sided Wilson lower bound, at `--confidence`, of its top-1 agreement with
 //! dense over every teacher-forced step (a binomial proportion over hundreds of steps, so the
-//! budget is kept with that confidence, not only on these prompts). Among those, the one reading the fewest K/V bytes
+//! budget is kept with that confidence, not only on these prompts). With `--fidelity-rule
+//! int8` fidelity is judged against int8 activations instead, `generate`'s default path
+//! (eval's `dense-int8`, run on the same steps): a setting qualifies when its mean KL from
+//! dense is at most theirs and its top-1 agreement at least theirs less the budget, so it
+//! moves the next-token distribution no more than the arithmetic a user runs by default.
+//! Among those, the one reading the fewest K/V bytes
 //! (mean over tasks) is written as a [`Setting`]; where none qualifies, or none reads fewer
 //! bytes than dense, the setting is dense.
 
@@ -26,7 +31,7 @@ use super::eval::sweep::{units, EvalTask, Sweep, FIDELITY_STEPS};
 use super::eval::{check_identity, run_identity, ANSWER_ROOM};
 use crate::common::{check_dense_below, fail, load_model, CacheArgs, CliResult, ModelArgs};
 use crate::corpus::{Corpus, Part, SPLIT_YEAR};
-use crate::setting::{Evidence, MethodBest, ModelId, Setting, FORMAT};
+use crate::setting::{Evidence, MethodBest, ModelId, Setting, Yardstick, FORMAT};
 use statrs::distribution::{ContinuousCDF, Normal};
 
 use qada_core::{DEFAULT_CHANNELS, DEFAULT_CLUSTERS, DEFAULT_MARGIN, DEFAULT_PAGE};
@@ -79,9 +84,16 @@ pub struct Args {
     samples: usize,
     #[command(flatten)]
     cache: CacheArgs,
-    /// Confidence of the lower bound on fidelity's top-1 agreement (one-sided Wilson).
+    /// Confidence of the lower bound on fidelity's top-1 agreement (one-sided Wilson; the
+    /// top1 rule).
     #[arg(long, default_value_t = 0.95)]
     confidence: f64,
+    /// How fidelity qualifies a setting: top1 (the lower bound of its top-1 agreement with
+    /// dense within --budget of 1) or int8 (against int8 activations on the same steps, run
+    /// as `dense-int8`: mean KL at most theirs, top-1 agreement at least theirs less
+    /// --budget).
+    #[arg(long, value_enum, default_value = "top1")]
+    fidelity_rule: FidelityRule,
     /// Smallest share of the dense K/V bytes a setting must save to be chosen over dense
     /// (a criterion that saves less costs more in decisions than it saves in reads).
     #[arg(long, default_value_t = 0.05)]
@@ -125,6 +137,20 @@ fn metric_of(task: &str) -> &'static str {
     }
 }
 
+/// How fidelity's teacher-forced steps qualify a setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FidelityRule {
+    /// Top-1 agreement with dense, by its one-sided Wilson lower bound, at least 1 less the
+    /// budget.
+    Top1,
+    /// Against int8 activations on the same steps ([`INT8_YARDSTICK`]): mean KL from dense at
+    /// most theirs, mean top-1 agreement at least theirs less the budget.
+    Int8,
+}
+
+/// The sweep method fidelity is measured against under [`FidelityRule::Int8`].
+pub const INT8_YARDSTICK: &str = "dense-int8";
+
 /// What qualifies a setting.
 #[derive(Clone, Copy, Debug)]
 pub struct Rule {
@@ -134,6 +160,8 @@ pub struct Rule {
     pub min_saving: f64,
     /// The normal quantile of the confidence of fidelity's lower bound (0: the mean).
     pub z: f64,
+    /// How fidelity qualifies a setting.
+    pub fidelity: FidelityRule,
 }
 
 /// The one-sided Wilson lower bound of a proportion `p` observed over `n` trials, at the
@@ -174,17 +202,24 @@ pub struct Choice {
 
 /// The configuration with the fewest K/V bytes (mean over `tasks`) whose score on every task
 /// dense can do (a comparable-lengths row exists for dense) is at least dense's less
-/// `budget` (fidelity by its lower bound, [`score`]); dense when none qualifies or none saves
-/// at least `min_saving` of dense's bytes.
+/// `budget` (fidelity by its lower bound, [`score`], or against int8 activations under
+/// [`FidelityRule::Int8`]); dense when none qualifies or none saves at least `min_saving` of
+/// dense's bytes.
 pub fn choose(rows: &[Row], tasks: &[&str], rule: &Rule) -> CliResult<Choice> {
-    let overall = |task: &str, method: &str, param: Option<f64>| {
+    let metric_row = |task: &str, method: &str, param: Option<f64>, metric: &str| {
         rows.iter().find(|r| {
             r.length.is_none()
                 && r.task == task
                 && r.method == method
                 && r.param == param
-                && r.metric == metric_of(task)
+                && r.metric == metric
         })
+    };
+    let overall = |task: &str, method: &str, param: Option<f64>| {
+        metric_row(task, method, param, metric_of(task))
+    };
+    let kl_of = |method: &str, param: Option<f64>| {
+        metric_row("fidelity", method, param, "kl").map(|r| r.value)
     };
     let judged: Vec<(&str, &Row)> = tasks
         .iter()
@@ -196,6 +231,28 @@ pub fn choose(rows: &[Row], tasks: &[&str], rule: &Rule) -> CliResult<Choice> {
              or use other --lengths",
         );
     }
+    let yardstick = match rule.fidelity {
+        FidelityRule::Int8 if judged.iter().any(|(t, _)| *t == "fidelity") => {
+            match (
+                overall("fidelity", INT8_YARDSTICK, None),
+                kl_of(INT8_YARDSTICK, None),
+            ) {
+                (Some(r), Some(kl)) => Some(Yardstick {
+                    method: INT8_YARDSTICK.into(),
+                    top1_agreement: r.value,
+                    kl,
+                }),
+                _ => {
+                    return fail(format!(
+                        "--fidelity-rule int8: no {INT8_YARDSTICK} fidelity records to judge \
+                         against (calibrate tau runs them under this rule: resume the sweep \
+                         with it)"
+                    ))
+                }
+            }
+        }
+        _ => None,
+    };
     let mut candidates: Vec<(String, f64)> = Vec::new();
     for r in rows.iter().filter(|r| r.method != "dense") {
         if let Some(p) = r.param {
@@ -214,6 +271,8 @@ pub fn choose(rows: &[Row], tasks: &[&str], rule: &Rule) -> CliResult<Choice> {
             lower: None,
             kv_bytes: 1.0,
             count: d.count,
+            kl: None,
+            yardstick: None,
         })
         .collect();
     let mut best = Choice {
@@ -235,20 +294,27 @@ pub fn choose(rows: &[Row], tasks: &[&str], rule: &Rule) -> CliResult<Choice> {
     'cand: for (method, p) in &candidates {
         let mut evidence = Vec::new();
         for (t, d) in &judged {
-            match overall(t, method, Some(*p)) {
-                Some(r) if score(r, rule) >= d.value - rule.budget && r.kv_bytes.is_finite() => {
-                    evidence.push(Evidence {
-                        task: t.to_string(),
-                        metric: r.metric.clone(),
-                        dense: d.value,
-                        value: r.value,
-                        lower: (score(r, rule) != r.value).then(|| score(r, rule)),
-                        kv_bytes: r.kv_bytes,
-                        count: r.count,
-                    })
-                }
-                _ => continue 'cand,
+            let Some(r) = overall(t, method, Some(*p)) else {
+                continue 'cand;
+            };
+            let fidelity = *t == "fidelity";
+            let y = yardstick.clone().filter(|_| fidelity);
+            let lower = (y.is_none() && score(r, rule) != r.value).then(|| score(r, rule));
+            let e = Evidence {
+                task: t.to_string(),
+                metric: r.metric.clone(),
+                dense: d.value,
+                value: r.value,
+                lower,
+                kv_bytes: r.kv_bytes,
+                count: r.count,
+                kl: kl_of(method, Some(*p)).filter(|_| fidelity),
+                yardstick: y,
+            };
+            if !(e.keeps(rule.budget) && r.kv_bytes.is_finite()) {
+                continue 'cand;
             }
+            evidence.push(e);
         }
         let kv = evidence.iter().map(|e| e.kv_bytes).sum::<f64>() / evidence.len() as f64;
         if let Some(m) = best.per_method.iter_mut().find(|m| &m.method == method) {
@@ -328,6 +394,11 @@ pub fn run(a: Args) -> CliResult<()> {
     let kv = a.cache.kv;
     std::fs::create_dir_all(&a.work_dir)
         .map_err(|e| format!("cannot create {}: {e}", a.work_dir.display()))?;
+    let mut methods = methods;
+    if a.fidelity_rule == FidelityRule::Int8 {
+        // the yardstick, run beside dense on every prompt (never a candidate: no tau)
+        methods.insert(1, INT8_YARDSTICK);
+    }
     let cfgs = configs(&methods, &taus, &[], None, &groups, a.channels)?;
     let id = run_identity(&model, &model_path, &a.cache, a.channels);
     check_identity(&a.work_dir, &id, a.resume, "--work-dir")?;
@@ -366,6 +437,7 @@ pub fn run(a: Args) -> CliResult<()> {
         budget: a.budget,
         min_saving: a.min_saving,
         z: Normal::new(0.0, 1.0)?.inverse_cdf(a.confidence),
+        fidelity: a.fidelity_rule,
     };
     let choice = choose(&rows(log.records()), &names, &rule)?;
     let setting = setting_of(&a, &model, &model_path, &lengths, choice);
@@ -438,8 +510,8 @@ fn setting_of(
         per_method: choice.per_method,
         made_by: format!(
             "qada calibrate tau --budget {} --confidence {} --min-saving {} --methods {} --taus {} \
-             --groups {} --task {} --lengths {} --samples {} --kv {} --channels {}{} (speeches \
-             before {SPLIT_YEAR})",
+             --groups {} --task {} --lengths {} --samples {} --kv {} --channels {}{}{} \
+             (speeches before {SPLIT_YEAR})",
             a.budget,
             a.confidence,
             a.min_saving,
@@ -456,7 +528,11 @@ fn setting_of(
             a.cache.kv,
             a.channels,
             a.dense_below
-                .map_or(String::new(), |n| format!(" --dense-below {n}"))
+                .map_or(String::new(), |n| format!(" --dense-below {n}")),
+            match a.fidelity_rule {
+                FidelityRule::Top1 => "",
+                FidelityRule::Int8 => " --fidelity-rule int8",
+            }
         ),
     };
     setting
@@ -488,6 +564,7 @@ mod tests {
             budget,
             min_saving,
             z: 0.0,
+            fidelity: FidelityRule::Top1,
         }
     }
 
@@ -533,6 +610,55 @@ mod tests {
             value,
             count: 4,
         }
+    }
+
+    #[test]
+    fn the_int8_rule_holds_fidelity_to_int8_activations_kl_and_agreement() {
+        let kl = |method: &str, param: Option<f64>, value: f64| Row {
+            metric: "kl".into(),
+            ..row("fidelity", method, param, value, 1.0)
+        };
+        let int8 = Rule {
+            fidelity: FidelityRule::Int8,
+            ..rule(0.02, 0.05)
+        };
+        let mut rows = vec![
+            row("passkey", "dense", None, 1.0, 1.0),
+            row("fidelity", "dense", None, 1.0, 1.0),
+            kl("dense", None, 0.0),
+            row("passkey", "channels@all", Some(0.95), 1.0, 0.6),
+            row("fidelity", "channels@all", Some(0.95), 0.977, 0.7),
+            kl("channels@all", Some(0.95), 0.0025),
+            row("passkey", "channels@all", Some(0.98), 1.0, 0.8),
+            row("fidelity", "channels@all", Some(0.98), 0.984, 0.84),
+            kl("channels@all", Some(0.98), 0.0004),
+            // agrees as often as int8 but moves the distribution more: still out
+            row("passkey", "pages", Some(0.9), 1.0, 0.5),
+            row("fidelity", "pages", Some(0.9), 1.0, 0.5),
+            kl("pages", Some(0.9), 0.0011),
+            // below int8's agreement by more than the budget, however small its KL
+            row("passkey", "mixture", Some(0.9), 1.0, 0.55),
+            row("fidelity", "mixture", Some(0.9), 0.95, 0.55),
+            kl("mixture", Some(0.9), 0.0001),
+        ];
+        let tasks = ["passkey", "fidelity"];
+        let e = choose(&rows, &tasks, &int8).unwrap_err().to_string();
+        assert!(e.contains("no dense-int8 fidelity records"), "{e}");
+        rows.push(row("fidelity", INT8_YARDSTICK, None, 0.985, 1.0));
+        rows.push(kl(INT8_YARDSTICK, None, 0.001));
+        let c = choose(&rows, &tasks, &int8).unwrap();
+        assert_eq!(c.pick, Some(("channels@all".into(), 0.98)));
+        let f = c.evidence.iter().find(|e| e.task == "fidelity").unwrap();
+        assert_eq!(f.kl, Some(0.0004));
+        assert_eq!(f.lower, None);
+        let y = f.yardstick.as_ref().unwrap();
+        assert_eq!((y.top1_agreement, y.kl), (0.985, 0.001));
+        assert!(f.keeps(0.02) && !f.keeps(0.0));
+        // the yardstick is never a candidate; under top1 on the means only pages' agreement
+        // of 1 passes, and it is cheapest
+        assert!(c.per_method.iter().all(|m| m.method != INT8_YARDSTICK));
+        let c = choose(&rows, &tasks, &rule(0.02, 0.05)).unwrap();
+        assert_eq!(c.pick, Some(("pages".into(), 0.9)));
     }
 
     #[test]
