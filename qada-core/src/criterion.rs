@@ -3,7 +3,7 @@
 use qada_stats::{BulkSummaries, ClusterMoments, KeyDistribution, PageBounds, Rows};
 
 use crate::selection::{GroupRead, PageSelection};
-use crate::{CoreError, Result};
+use crate::{CoreError, DecisionCost, Result};
 
 /// A threshold `tau` in (0, 1): a head is local when its local share of the softmax mass,
 /// `A_local / (A_local + A_bulk)`, is at least `tau`.
@@ -117,6 +117,17 @@ pub trait LocalityCriterion: Send + Sync {
         0
     }
 
+    /// What one decision costs in a step whose context holds `context` keys (sink, window
+    /// and bulk), `bulk_len` of them in the bulk: [`LocalityCriterion::decision_flops`] and
+    /// [`LocalityCriterion::decision_bytes`], unless the cost depends on the context
+    /// ([`crate::DenseBelow`] decides nothing below its threshold, so costs nothing there).
+    fn decision_cost(&self, d: usize, bulk_len: usize, _context: usize) -> DecisionCost {
+        DecisionCost {
+            flops: self.decision_flops(d, bulk_len),
+            bytes: self.decision_bytes(d, bulk_len),
+        }
+    }
+
     /// What the cache must keep about the bulk for this criterion besides its moments (page
     /// bounds, cluster moments); none unless overridden.
     fn bulk_summaries(&self) -> BulkSummaries {
@@ -197,6 +208,9 @@ macro_rules! forward_criterion {
             }
             fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
                 (**self).decision_bytes(d, bulk_len)
+            }
+            fn decision_cost(&self, d: usize, bulk_len: usize, context: usize) -> DecisionCost {
+                (**self).decision_cost(d, bulk_len, context)
             }
             fn tau(&self) -> Option<Tau> {
                 (**self).tau()

@@ -22,7 +22,7 @@ use qada_stats::BulkSummaries;
 
 use crate::lse::{lse, lse2};
 use crate::selection::{GroupRead, PageSelection};
-use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
+use crate::{CoreError, Decision, DecisionCost, HeadInput, LocalityCriterion, Result, Tau};
 
 /// How the heads of one GQA group combine their decisions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -121,6 +121,9 @@ impl<C: LocalityCriterion> LocalityCriterion for Grouped<C> {
     }
     fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
         self.inner.decision_bytes(d, bulk_len)
+    }
+    fn decision_cost(&self, d: usize, bulk_len: usize, context: usize) -> DecisionCost {
+        self.inner.decision_cost(d, bulk_len, context)
     }
     fn tau(&self) -> Option<Tau> {
         self.inner.tau()

@@ -1,8 +1,7 @@
 //! Running the model: dense prefill in blocks, then one adaptive decoding step per token.
 
 use qada_core::{
-    attend_layer, Accounting, Decision, DecisionCost, Dense, KvSegments, LayerKv, LayerScratch,
-    LocalityCriterion,
+    attend_layer, Accounting, Decision, Dense, KvSegments, LayerKv, LayerScratch, LocalityCriterion,
 };
 use qada_kv::{
     CacheCheckpoint, CacheShape, HeadView, KvCache, KvDtype, LayerView, MomentsMode, WindowConfig,
@@ -598,15 +597,13 @@ impl Attend for DecodeAttention<'_, '_> {
             return Ok(());
         }
         let split = head0.split();
-        let cost = DecisionCost {
-            flops: self.criterion.decision_flops(d, split.bulk_len()),
-            bytes: self.criterion.decision_bytes(d, split.bulk_len()),
-        };
+        let context = split.sink.len() + split.bulk.len() + split.window.len();
+        let cost = self.criterion.decision_cost(d, split.bulk_len(), context);
         self.accounting.record_layer_reads(
             l,
             self.layer_scratch.decisions(),
             self.layer_scratch.reads(),
-            split.sink.len() + split.bulk.len() + split.window.len(),
+            context,
             split.local_len(),
             d,
             c.n_kv_heads,

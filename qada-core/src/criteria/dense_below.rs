@@ -10,7 +10,7 @@
 use qada_stats::BulkSummaries;
 
 use crate::selection::{GroupRead, PageSelection};
-use crate::{CoreError, Decision, Dense, HeadInput, LocalityCriterion, Result, Tau};
+use crate::{CoreError, Decision, DecisionCost, Dense, HeadInput, LocalityCriterion, Result, Tau};
 
 /// `inner` from a context of `min_context` keys on; dense below it.
 #[derive(Clone, Debug)]
@@ -70,6 +70,15 @@ impl<C: LocalityCriterion> LocalityCriterion for DenseBelow<C> {
     }
     fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
         self.inner.decision_bytes(d, bulk_len)
+    }
+    /// Nothing below the threshold (dense decides nothing and reads no summary); the inner
+    /// criterion's from it.
+    fn decision_cost(&self, d: usize, bulk_len: usize, context: usize) -> DecisionCost {
+        if context < self.min_context {
+            DecisionCost::default()
+        } else {
+            self.inner.decision_cost(d, bulk_len, context)
+        }
     }
     /// The inner criterion's: the summaries must be current when the context reaches the
     /// threshold.
@@ -148,5 +157,22 @@ mod tests {
         assert!(out.iter().all(|o| o.local));
         assert_eq!(c.name(), "window");
         assert!(DenseBelow::new(Window, 0).is_err());
+    }
+
+    #[test]
+    fn a_decision_costs_nothing_below_the_threshold_and_the_inner_cost_from_it() {
+        // bound reads page bounds: its decisions cost bytes and FLOPs
+        let bound = crate::Bound::new(0.9, 32).unwrap();
+        let c = DenseBelow::new(bound, 1000).unwrap();
+        let (d, bulk) = (64, 900);
+        let inner = bound.decision_cost(d, bulk, 1000);
+        assert!(inner.bytes > 0 && inner.flops > 0);
+        assert_eq!(c.decision_cost(d, bulk, 999), DecisionCost::default());
+        assert_eq!(c.decision_cost(d, bulk, 1000), inner);
+        // through a box and a group, as sessions hold it
+        let boxed: Box<dyn LocalityCriterion> =
+            Box::new(crate::Grouped::new(c, crate::GroupMode::All));
+        assert_eq!(boxed.decision_cost(d, bulk, 999), DecisionCost::default());
+        assert_eq!(boxed.decision_cost(d, bulk, 1000), inner);
     }
 }

@@ -14,7 +14,7 @@ use qada_stats::codec::{self, Encoder, Format};
 use qada_stats::{BulkSummaries, ModelSignature, StatsError};
 
 use crate::selection::{GroupRead, PageSelection};
-use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
+use crate::{CoreError, Decision, DecisionCost, HeadInput, LocalityCriterion, Result, Tau};
 
 const FORMAT: Format = Format {
     name: "qada head thresholds",
@@ -231,6 +231,9 @@ impl<C: LocalityCriterion> LocalityCriterion for PerHead<C> {
     }
     fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
         self.inner.decision_bytes(d, bulk_len)
+    }
+    fn decision_cost(&self, d: usize, bulk_len: usize, context: usize) -> DecisionCost {
+        self.inner.decision_cost(d, bulk_len, context)
     }
     fn bulk_summaries(&self) -> BulkSummaries {
         self.inner.bulk_summaries()

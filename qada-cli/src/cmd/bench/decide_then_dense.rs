@@ -1,7 +1,9 @@
 //! The decision's own cost, isolated: a criterion that decides (and chooses pages) and is
 //! then overruled.
 
-use qada_core::{Decision, GroupRead, HeadInput, LocalityCriterion, PageSelection, Tau};
+use qada_core::{
+    Decision, DecisionCost, GroupRead, HeadInput, LocalityCriterion, PageSelection, Tau,
+};
 use qada_stats::BulkSummaries;
 
 /// A criterion whose decisions, and for a selecting criterion its page choice, are computed
@@ -49,6 +51,9 @@ impl LocalityCriterion for DecideThenDense {
     }
     fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
         self.0.decision_bytes(d, bulk_len)
+    }
+    fn decision_cost(&self, d: usize, bulk_len: usize, context: usize) -> DecisionCost {
+        self.0.decision_cost(d, bulk_len, context)
     }
     fn bulk_summaries(&self) -> BulkSummaries {
         self.0.bulk_summaries()
