@@ -165,6 +165,31 @@ fn calibrate_tau_writes_a_setting_that_generate_takes() {
             "{v}"
         );
     }
+    // fidelity held to int8 activations: the sweep resumed runs dense-int8 beside dense,
+    // and a setting chosen shows its KL beside the yardstick's
+    let o = calibrate(&["--fidelity-rule", "int8", "--resume"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let s3: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert!(
+        s3["made_by"]
+            .as_str()
+            .unwrap()
+            .contains("--fidelity-rule int8"),
+        "{s3}"
+    );
+    let records = std::fs::read_to_string(dir.join("records.jsonl")).unwrap();
+    assert!(records.contains(r#""method":"dense-int8""#));
+    if s3["criterion"] != "dense" {
+        let f = s3["evidence"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["task"] == "fidelity")
+            .unwrap();
+        assert_eq!(f["yardstick"]["method"], "dense-int8", "{s3}");
+        assert!(f["kl"].as_f64().unwrap() <= f["yardstick"]["kl"].as_f64().unwrap());
+    }
     std::fs::write(&out, serde_json::to_string(&setting).unwrap()).unwrap();
     let gen = |extra: &[&str]| generate_json(m, extra);
     let o = gen(&["--setting", out_s]);
