@@ -1,5 +1,6 @@
 //! End-to-end tests of page selection on the real models: the passkey at 16k tokens on
-//! Qwen2.5-0.5B under the main job's criterion (channels), the needle at 4k on Gemma 3 under
+//! Qwen2.5-0.5B under the main job's criterion (channels) and under its shipped setting, the
+//! needle at 4k on Gemma 3 under
 //! its shipped setting (channels behind no gate), `generate --compare dense` (pages), and the
 //! errors of bad page settings.
 
@@ -56,6 +57,57 @@ fn on_qwen_channels_find_the_passkey_dense_finds_at_16k_tokens_reading_under_hal
     let ratio =
         channels["kv_bytes"].as_f64().unwrap() / channels["dense_kv_bytes"].as_f64().unwrap();
     assert!(ratio < 0.5, "channels read {ratio:.3}x the dense K/V bytes");
+}
+
+/// Qwen2.5-0.5B's shipped setting (channels per KV group, calibrated with fidelity held to
+/// int8 activations) finds the passkey dense finds in a 16k prompt, reading fewer K/V bytes.
+#[test]
+fn on_qwen_the_shipped_setting_finds_the_passkey_dense_finds_at_16k_tokens() {
+    let shipped: serde_json::Value =
+        serde_json::from_str(include_str!("../settings/qwen2.5-0.5b.json")).unwrap();
+    assert_eq!(shipped["criterion"], "channels");
+    let (tau, channels, group) = (
+        shipped["tau"].as_f64().unwrap().to_string(),
+        shipped["channels"].as_u64().unwrap().to_string(),
+        shipped["group"].as_str().unwrap(),
+    );
+    let out = tmp("qwen-16k-shipped");
+    ok(&qada(&[
+        "eval",
+        "--model",
+        qwen(),
+        "--task",
+        "passkey",
+        "--lengths",
+        "16384",
+        "--samples",
+        "1",
+        "--methods",
+        "channels",
+        "--taus",
+        &tau,
+        "--channels",
+        &channels,
+        "--groups",
+        group,
+        "--activations",
+        MAIN_JOB_ACTIVATIONS,
+        "--out-dir",
+        out.to_str().unwrap(),
+    ]));
+    let rows = eval_records(&out);
+    let method = format!("channels@{group}");
+    let (dense, chosen) = (record(&rows, "dense"), record(&rows, &method));
+    assert_eq!(dense["sums"]["accuracy"], 1.0, "dense misses the passkey");
+    assert_eq!(
+        chosen["sums"]["accuracy"], 1.0,
+        "the shipped setting misses the passkey dense finds"
+    );
+    let ratio = chosen["kv_bytes"].as_f64().unwrap() / chosen["dense_kv_bytes"].as_f64().unwrap();
+    assert!(
+        ratio < 0.85,
+        "the shipped setting read {ratio:.3}x the dense K/V bytes"
+    );
 }
 
 /// The record of `method` among `rows`.
