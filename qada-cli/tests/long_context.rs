@@ -7,6 +7,7 @@
 mod common;
 
 use common::{eval_records, ok, qada, repo, tmp};
+use serde_json::Value;
 
 fn qwen() -> &'static str {
     let path = "models/qwen2.5-0.5b/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf";
@@ -27,35 +28,15 @@ const MAIN_JOB_ACTIVATIONS: &str = "int8";
 
 #[test]
 fn on_qwen_channels_find_the_passkey_dense_finds_at_16k_tokens_reading_under_half_the_bytes() {
-    let out = tmp("qwen-16k");
-    ok(&qada(&[
-        "eval",
-        "--model",
-        qwen(),
-        "--task",
-        "passkey",
-        "--lengths",
-        "16384",
-        "--samples",
-        "1",
-        "--methods",
-        "channels",
-        "--taus",
-        QWEN_TAU,
-        "--activations",
-        MAIN_JOB_ACTIVATIONS,
-        "--out-dir",
-        out.to_str().unwrap(),
-    ]));
-    let rows = eval_records(&out);
+    let methods = ["--methods", "channels", "--taus", QWEN_TAU];
+    let rows = one_prompt(qwen(), "passkey", "16384", &methods, "qwen-16k");
     let (dense, channels) = (record(&rows, "dense"), record(&rows, "channels"));
     assert_eq!(dense["sums"]["accuracy"], 1.0, "dense misses the passkey");
     assert_eq!(
         channels["sums"]["accuracy"], 1.0,
         "channels miss the passkey dense finds"
     );
-    let ratio =
-        channels["kv_bytes"].as_f64().unwrap() / channels["dense_kv_bytes"].as_f64().unwrap();
+    let ratio = bytes_ratio(channels);
     assert!(ratio < 0.5, "channels read {ratio:.3}x the dense K/V bytes");
 }
 
@@ -63,7 +44,7 @@ fn on_qwen_channels_find_the_passkey_dense_finds_at_16k_tokens_reading_under_hal
 /// int8 activations) finds the passkey dense finds in a 16k prompt, reading fewer K/V bytes.
 #[test]
 fn on_qwen_the_shipped_setting_finds_the_passkey_dense_finds_at_16k_tokens() {
-    let shipped: serde_json::Value =
+    let shipped: Value =
         serde_json::from_str(include_str!("../settings/qwen2.5-0.5b.json")).unwrap();
     assert_eq!(shipped["criterion"], "channels");
     let (tau, channels, group) = (
@@ -71,17 +52,7 @@ fn on_qwen_the_shipped_setting_finds_the_passkey_dense_finds_at_16k_tokens() {
         shipped["channels"].as_u64().unwrap().to_string(),
         shipped["group"].as_str().unwrap(),
     );
-    let out = tmp("qwen-16k-shipped");
-    ok(&qada(&[
-        "eval",
-        "--model",
-        qwen(),
-        "--task",
-        "passkey",
-        "--lengths",
-        "16384",
-        "--samples",
-        "1",
+    let methods = [
         "--methods",
         "channels",
         "--taus",
@@ -90,12 +61,8 @@ fn on_qwen_the_shipped_setting_finds_the_passkey_dense_finds_at_16k_tokens() {
         &channels,
         "--groups",
         group,
-        "--activations",
-        MAIN_JOB_ACTIVATIONS,
-        "--out-dir",
-        out.to_str().unwrap(),
-    ]));
-    let rows = eval_records(&out);
+    ];
+    let rows = one_prompt(qwen(), "passkey", "16384", &methods, "qwen-16k-shipped");
     let method = format!("channels@{group}");
     let (dense, chosen) = (record(&rows, "dense"), record(&rows, &method));
     assert_eq!(dense["sums"]["accuracy"], 1.0, "dense misses the passkey");
@@ -103,15 +70,44 @@ fn on_qwen_the_shipped_setting_finds_the_passkey_dense_finds_at_16k_tokens() {
         chosen["sums"]["accuracy"], 1.0,
         "the shipped setting misses the passkey dense finds"
     );
-    let ratio = chosen["kv_bytes"].as_f64().unwrap() / chosen["dense_kv_bytes"].as_f64().unwrap();
+    let ratio = bytes_ratio(chosen);
     assert!(
         ratio < 0.85,
         "the shipped setting read {ratio:.3}x the dense K/V bytes"
     );
 }
 
+/// `qada eval` on one prompt of `task` at `length` tokens with the main job's activations and
+/// the method flags `methods` (dense runs too): its records.
+fn one_prompt(model: &str, task: &str, length: &str, methods: &[&str], dir: &str) -> Vec<Value> {
+    let out = tmp(dir);
+    let mut args = vec![
+        "eval",
+        "--model",
+        model,
+        "--task",
+        task,
+        "--lengths",
+        length,
+        "--samples",
+        "1",
+        "--activations",
+        MAIN_JOB_ACTIVATIONS,
+        "--out-dir",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(methods);
+    ok(&qada(&args));
+    eval_records(&out)
+}
+
+/// A record's K/V bytes against dense's.
+fn bytes_ratio(r: &Value) -> f64 {
+    r["kv_bytes"].as_f64().unwrap() / r["dense_kv_bytes"].as_f64().unwrap()
+}
+
 /// The record of `method` among `rows`.
-fn record<'a>(rows: &'a [serde_json::Value], method: &str) -> &'a serde_json::Value {
+fn record<'a>(rows: &'a [Value], method: &str) -> &'a Value {
     rows.iter()
         .find(|r| r["method"] == method)
         .unwrap_or_else(|| panic!("no {method} record in {rows:?}"))
@@ -122,36 +118,22 @@ fn record<'a>(rows: &'a [serde_json::Value], method: &str) -> &'a serde_json::Va
 /// QAdA's gate lost it when this test was written: the gate called the needle's head local).
 #[test]
 fn on_gemma_the_shipped_setting_keeps_the_needle_dense_finds_at_4k_tokens() {
-    let shipped: serde_json::Value =
+    let shipped: Value =
         serde_json::from_str(include_str!("../settings/gemma3-270m.json")).unwrap();
     assert_eq!(shipped["criterion"], "channels-ungated");
     let (tau, channels) = (
         shipped["tau"].as_f64().unwrap().to_string(),
         shipped["channels"].as_u64().unwrap().to_string(),
     );
-    let out = tmp("gemma-4k");
-    ok(&qada(&[
-        "eval",
-        "--model",
-        "gemma3-270m",
-        "--task",
-        "niah-single",
-        "--lengths",
-        "4096",
-        "--samples",
-        "1",
+    let methods = [
         "--methods",
         "channels-ungated",
         "--taus",
         &tau,
         "--channels",
         &channels,
-        "--activations",
-        MAIN_JOB_ACTIVATIONS,
-        "--out-dir",
-        out.to_str().unwrap(),
-    ]));
-    let rows = eval_records(&out);
+    ];
+    let rows = one_prompt("gemma3-270m", "niah-single", "4096", &methods, "gemma-4k");
     let accuracy = |m: &str| record(&rows, m)["sums"]["accuracy"].as_f64().unwrap();
     assert_eq!(accuracy("dense"), 1.0, "dense misses the needle");
     assert_eq!(
@@ -159,8 +141,7 @@ fn on_gemma_the_shipped_setting_keeps_the_needle_dense_finds_at_4k_tokens() {
         1.0,
         "the shipped setting misses the needle dense finds"
     );
-    let u = record(&rows, "channels-ungated");
-    let ratio = u["kv_bytes"].as_f64().unwrap() / u["dense_kv_bytes"].as_f64().unwrap();
+    let ratio = bytes_ratio(record(&rows, "channels-ungated"));
     assert!(
         ratio < 0.7,
         "the shipped setting read {ratio:.3}x the dense K/V bytes"
@@ -188,7 +169,7 @@ fn generate_compare_dense_reports_both_runs_from_one_prefill() {
         "dense",
         "--json",
     ]));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v: Value = serde_json::from_str(&out).unwrap();
     let chosen = v["kv_bytes_ratio"].as_f64().unwrap();
     assert!(chosen > 0.0 && chosen < 1.0, "pages read {chosen}x dense");
     let c = &v["compare"];
