@@ -24,7 +24,7 @@ use qada_eval::{PasskeyTask, RulerPrompts};
 use qada_model::ActPrecision;
 use qada_model::Model;
 
-use super::eval::configs::{configs, parse_groups, parse_list, parse_methods};
+use super::eval::configs::{configs, parse_groups, parse_list, parse_methods, DENSE_INT8};
 use super::eval::records::RecordLog;
 use super::eval::rows::{rows, Row, ACCURACY};
 use super::eval::sweep::{units, EvalTask, Sweep, FIDELITY_STEPS};
@@ -143,13 +143,10 @@ pub enum FidelityRule {
     /// Top-1 agreement with dense, by its one-sided Wilson lower bound, at least 1 less the
     /// budget.
     Top1,
-    /// Against int8 activations on the same steps ([`INT8_YARDSTICK`]): mean KL from dense at
+    /// Against int8 activations on the same steps ([`DENSE_INT8`]): mean KL from dense at
     /// most theirs, mean top-1 agreement at least theirs less the budget.
     Int8,
 }
-
-/// The sweep method fidelity is measured against under [`FidelityRule::Int8`].
-pub const INT8_YARDSTICK: &str = "dense-int8";
 
 /// What qualifies a setting.
 #[derive(Clone, Copy, Debug)]
@@ -234,17 +231,17 @@ pub fn choose(rows: &[Row], tasks: &[&str], rule: &Rule) -> CliResult<Choice> {
     let yardstick = match rule.fidelity {
         FidelityRule::Int8 if judged.iter().any(|(t, _)| *t == "fidelity") => {
             match (
-                overall("fidelity", INT8_YARDSTICK, None),
-                kl_of(INT8_YARDSTICK, None),
+                overall("fidelity", DENSE_INT8, None),
+                kl_of(DENSE_INT8, None),
             ) {
                 (Some(r), Some(kl)) => Some(Yardstick {
-                    method: INT8_YARDSTICK.into(),
+                    method: DENSE_INT8.into(),
                     top1_agreement: r.value,
                     kl,
                 }),
                 _ => {
                     return fail(format!(
-                        "--fidelity-rule int8: no {INT8_YARDSTICK} fidelity records to judge \
+                        "--fidelity-rule int8: no {DENSE_INT8} fidelity records to judge \
                          against (calibrate tau runs them under this rule: resume the sweep \
                          with it)"
                     ))
@@ -397,7 +394,7 @@ pub fn run(a: Args) -> CliResult<()> {
     let mut methods = methods;
     if a.fidelity_rule == FidelityRule::Int8 {
         // the yardstick, run beside dense on every prompt (never a candidate: no tau)
-        methods.insert(1, INT8_YARDSTICK);
+        methods.insert(1, DENSE_INT8);
     }
     let cfgs = configs(&methods, &taus, &[], None, &groups, a.channels)?;
     let id = run_identity(&model, &model_path, &a.cache, a.channels);
@@ -644,8 +641,8 @@ mod tests {
         let tasks = ["passkey", "fidelity"];
         let e = choose(&rows, &tasks, &int8).unwrap_err().to_string();
         assert!(e.contains("no dense-int8 fidelity records"), "{e}");
-        rows.push(row("fidelity", INT8_YARDSTICK, None, 0.985, 1.0));
-        rows.push(kl(INT8_YARDSTICK, None, 0.001));
+        rows.push(row("fidelity", DENSE_INT8, None, 0.985, 1.0));
+        rows.push(kl(DENSE_INT8, None, 0.001));
         let c = choose(&rows, &tasks, &int8).unwrap();
         assert_eq!(c.pick, Some(("channels@all".into(), 0.98)));
         let f = c.evidence.iter().find(|e| e.task == "fidelity").unwrap();
@@ -656,7 +653,7 @@ mod tests {
         assert!(f.keeps(0.02) && !f.keeps(0.0));
         // the yardstick is never a candidate; under top1 on the means only pages' agreement
         // of 1 passes, and it is cheapest
-        assert!(c.per_method.iter().all(|m| m.method != INT8_YARDSTICK));
+        assert!(c.per_method.iter().all(|m| m.method != DENSE_INT8));
         let c = choose(&rows, &tasks, &rule(0.02, 0.05)).unwrap();
         assert_eq!(c.pick, Some(("pages".into(), 0.9)));
     }

@@ -19,10 +19,14 @@ use qada_stats::MomentTable;
 
 use crate::common::{fail, CliResult};
 
+/// Dense decoding with int8 activations from the f32 checkpoint (the fast path's drift; the
+/// yardstick of `calibrate tau --fidelity-rule int8`).
+pub const DENSE_INT8: &str = "dense-int8";
+
 /// Every method `--methods` may name, in sweep order.
 pub const METHODS: &[&str] = &[
     "dense",
-    "dense-int8",
+    DENSE_INT8,
     "window",
     "oracle",
     "approx-current",
@@ -88,7 +92,7 @@ pub fn configs(
     let mut base: Vec<BaseConfig> = Vec::new();
     for &m in methods {
         match m {
-            "dense" | "dense-int8" => base.push((m, Arc::new(Dense), None, false)),
+            "dense" | DENSE_INT8 => base.push((m, Arc::new(Dense), None, false)),
             "window" => base.push((m, Arc::new(Window), None, false)),
             "oracle" => {
                 for &t in taus {
@@ -159,7 +163,7 @@ pub fn configs(
     let mut v = Vec::new();
     for (method, criterion, param, calibrated) in base {
         let modes: &[GroupMode] = match method {
-            "dense" | "dense-int8" | "window" | "quest" => &[GroupMode::Head],
+            "dense" | DENSE_INT8 | "window" | "quest" => &[GroupMode::Head],
             _ => groups,
         };
         for &g in modes {
@@ -174,7 +178,7 @@ pub fn configs(
                     g => Arc::new(Grouped::new(criterion.clone(), g)),
                 },
                 calibrated,
-                activations: (method == "dense-int8").then_some(ActPrecision::Int8),
+                activations: (method == DENSE_INT8).then_some(ActPrecision::Int8),
             });
         }
     }
