@@ -270,29 +270,42 @@ impl Setting {
                 .min_by(|a, b| a.2.total_cmp(&b.2));
             match cheapest {
                 Some((m, t, kv)) => format!(
-                    "the cheapest of {} settings tried within {} of dense on calibration text \
-                     ({} at tau {t}) reads {kv:.3}x dense: less than the {} saving a setting \
-                     must bring",
+                    "the cheapest of {} settings tried {} on calibration text ({} at tau {t}) \
+                     reads {kv:.3}x dense: less than the {} saving a setting must bring",
                     self.tried.saturating_sub(1),
-                    self.budget,
+                    self.kept(),
                     m.method,
                     self.min_saving
                 ),
                 None => format!(
-                    "none of {} settings tried stayed within {} of dense on calibration text",
+                    "none of {} settings tried stayed {} on calibration text",
                     self.tried.saturating_sub(1),
-                    self.budget
+                    self.kept()
                 ),
             }
         } else {
             format!(
-                "the fewest K/V bytes ({:.3}x dense) of {} settings tried within {} of dense \
-                 on calibration text: {}",
+                "the fewest K/V bytes ({:.3}x dense) of {} settings tried {} on calibration \
+                 text: {}",
                 self.kv_bytes,
                 self.tried.saturating_sub(1),
-                self.budget,
+                self.kept(),
                 evidence.join(", ")
             )
+        }
+    }
+
+    /// What the settings tried had to keep: within the budget of dense, or, where fidelity
+    /// was held to a yardstick (`--fidelity-rule int8`), dense's answers within the budget
+    /// and a fidelity at least the yardstick's.
+    pub fn kept(&self) -> String {
+        match self.evidence.iter().find_map(|e| e.yardstick.as_ref()) {
+            Some(y) => format!(
+                "within {} of dense on answers and as close to dense as {} on fidelity \
+                 (KL at most its, top-1 agreement within {} of its)",
+                self.budget, y.method, self.budget
+            ),
+            None => format!("within {} of dense", self.budget),
         }
     }
 }
@@ -317,6 +330,30 @@ mod tests {
                 assert!(e.keeps(s.budget + 1e-12), "{name}: {e:?}");
             }
         }
+    }
+
+    #[test]
+    fn why_names_the_rule_the_evidence_was_held_to() {
+        let text = SHIPPED
+            .iter()
+            .find(|(n, _)| *n == "qwen2.5-0.5b")
+            .unwrap()
+            .1;
+        let mut s = Setting::parse(text, "qwen").unwrap();
+        let why = s.why();
+        assert!(
+            why.contains("as close to dense as dense-int8 on fidelity")
+                && why.contains("top-1 agreement within 0.02"),
+            "{why}"
+        );
+        for e in &mut s.evidence {
+            e.yardstick = None;
+        }
+        let why = s.why();
+        assert!(
+            why.contains("tried within 0.02 of dense on calibration text") && !why.contains("int8"),
+            "{why}"
+        );
     }
 
     #[test]

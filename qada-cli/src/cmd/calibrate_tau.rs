@@ -440,7 +440,7 @@ pub fn run(a: Args) -> CliResult<()> {
     let setting = setting_of(&a, &model, &model_path, &lengths, choice);
     std::fs::write(&a.out, serde_json::to_string_pretty(&setting)? + "\n")
         .map_err(|e| format!("cannot write {}: {e}", a.out.display()))?;
-    print_choice(&a, &setting);
+    print_choice(&setting);
     eprintln!(
         "wrote {}; use it with `qada generate --setting {}`",
         a.out.display(),
@@ -535,13 +535,10 @@ fn setting_of(
     setting
 }
 
-/// The choice and, per method, its cheapest threshold within the budget (stdout).
-fn print_choice(a: &Args, setting: &Setting) {
+/// The choice and, per method, its cheapest threshold that keeps the budget (stdout).
+fn print_choice(setting: &Setting) {
     println!("{}: {}", setting.describe(), setting.why());
-    println!(
-        "\ncheapest threshold within {} of dense, per method:",
-        a.budget
-    );
+    println!("\ncheapest threshold {}, per method:", setting.kept());
     println!("| method | tau | K/V bytes vs dense |\n|---|---|---|");
     for m in &setting.per_method {
         match (m.tau, m.kv_bytes) {
