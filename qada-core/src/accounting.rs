@@ -82,9 +82,7 @@ impl PhaseTimes {
 }
 
 /// What one decision costs beyond the local scores: FLOPs per query head and bytes read per
-/// KV head (page bounds, say), from [`crate::LocalityCriterion::decision_cost`] (by default
-/// [`crate::LocalityCriterion::decision_flops`] and
-/// [`crate::LocalityCriterion::decision_bytes`]).
+/// KV head (page bounds, say), from [`crate::LocalityCriterion::decision_cost`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DecisionCost {
     /// FLOPs per query head.

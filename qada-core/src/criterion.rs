@@ -104,28 +104,14 @@ pub trait LocalityCriterion: Send + Sync {
         "custom"
     }
 
-    /// Floating-point operations one decision costs for a head of dimension `d` with a bulk
-    /// of `bulk_len` keys, beyond the local scores (which attention needs anyway).
-    fn decision_flops(&self, _d: usize, _bulk_len: usize) -> u64 {
-        0
-    }
-
-    /// Bytes one decision reads per KV head beyond the local keys (page bounds, say), for a
-    /// head dimension `d` and a bulk of `bulk_len` keys; they count in the K/V bytes a step
-    /// reads. 0 unless overridden.
-    fn decision_bytes(&self, _d: usize, _bulk_len: usize) -> u64 {
-        0
-    }
-
-    /// What one decision costs in a step whose context holds `context` keys (sink, window
-    /// and bulk), `bulk_len` of them in the bulk: [`LocalityCriterion::decision_flops`] and
-    /// [`LocalityCriterion::decision_bytes`], unless the cost depends on the context
+    /// What one decision costs beyond the local scores (which attention needs anyway), for a
+    /// head dimension `d`, a bulk of `bulk_len` keys and a context of `context` keys (sink,
+    /// window and bulk): floating-point operations per query head, and bytes read per KV head
+    /// (page bounds, say), which count in the K/V bytes a step reads. Nothing unless
+    /// overridden. The context matters where the criterion changes with it
     /// ([`crate::DenseBelow`] decides nothing below its threshold, so costs nothing there).
-    fn decision_cost(&self, d: usize, bulk_len: usize, _context: usize) -> DecisionCost {
-        DecisionCost {
-            flops: self.decision_flops(d, bulk_len),
-            bytes: self.decision_bytes(d, bulk_len),
-        }
+    fn decision_cost(&self, _d: usize, _bulk_len: usize, _context: usize) -> DecisionCost {
+        DecisionCost::default()
     }
 
     /// What the cache must keep about the bulk for this criterion besides its moments (page
@@ -200,14 +186,8 @@ macro_rules! forward_criterion {
             fn name(&self) -> &str {
                 (**self).name()
             }
-            fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
-                (**self).decision_flops(d, bulk_len)
-            }
             fn bulk_summaries(&self) -> BulkSummaries {
                 (**self).bulk_summaries()
-            }
-            fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
-                (**self).decision_bytes(d, bulk_len)
             }
             fn decision_cost(&self, d: usize, bulk_len: usize, context: usize) -> DecisionCost {
                 (**self).decision_cost(d, bulk_len, context)
@@ -397,8 +377,11 @@ mod tests {
         fn name(&self) -> &str {
             "marker"
         }
-        fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
-            (1000 * d + bulk_len) as u64
+        fn decision_cost(&self, d: usize, bulk_len: usize, context: usize) -> DecisionCost {
+            DecisionCost {
+                flops: (1000 * d + bulk_len) as u64,
+                bytes: context as u64,
+            }
         }
         fn decide_group(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<bool> {
             self.groups.fetch_add(1, Ordering::Relaxed);
@@ -429,7 +412,8 @@ mod tests {
         };
         let g0 = counts.groups.load(Ordering::Relaxed);
         assert_eq!(c.name(), "marker");
-        assert_eq!(c.decision_flops(2, 3), 2003);
+        let cost = c.decision_cost(2, 3, 5);
+        assert_eq!((cost.flops, cost.bytes), (2003, 5));
         assert_eq!(c.decide(&input).unwrap(), Decision::LONG);
         let mut out = [Decision::LONG; 2];
         assert!(!c.decide_group(&[input, input], &mut out).unwrap());

@@ -113,14 +113,8 @@ impl<C: LocalityCriterion> LocalityCriterion for Grouped<C> {
     fn name(&self) -> &str {
         self.inner.name()
     }
-    fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
-        self.inner.decision_flops(d, bulk_len)
-    }
     fn bulk_summaries(&self) -> BulkSummaries {
         self.inner.bulk_summaries()
-    }
-    fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
-        self.inner.decision_bytes(d, bulk_len)
     }
     fn decision_cost(&self, d: usize, bulk_len: usize, context: usize) -> DecisionCost {
         self.inner.decision_cost(d, bulk_len, context)

@@ -590,13 +590,17 @@ fn parameters_are_checked_and_costs_scale_as_stated() {
     assert!(matches!(Bound::new(1.0, 8), Err(CoreError::InvalidTau(_))));
     let (b, m) = (Bound::new(0.5, 32).unwrap(), Mixture::new(0.5, 4).unwrap());
     // O(T d / P), O(k d^2)
-    assert_eq!(b.decision_flops(64, 3200), 4 * 64 * 100);
-    assert_eq!(b.decision_flops(64, 3201), 4 * 64 * 101);
-    assert_eq!(m.decision_flops(64, 1 << 20), 4 * (64 * 64 + 4 * 64));
+    let flops = |c: &dyn LocalityCriterion, t: usize| c.decision_cost(64, t, t + 128).flops;
+    assert_eq!(flops(&b, 3200), 4 * 64 * 100);
+    assert_eq!(flops(&b, 3201), 4 * 64 * 101);
+    assert_eq!(b.decision_cost(64, 3201, 0).bytes, 2 * 4 * 64 * 101);
+    assert_eq!(flops(&m, 1 << 20), 4 * (64 * 64 + 4 * 64));
+    assert_eq!(m.decision_cost(64, 1 << 20, 0).bytes, 0);
     let h = Hybrid::new(0.5, 1.0, 32).unwrap();
+    assert_eq!(flops(&h, 3200), (64 * 64 + 4 * 64) + 4 * 64 * 100);
     assert_eq!(
-        h.decision_flops(64, 3200),
-        (64 * 64 + 4 * 64) + 4 * 64 * 100
+        h.decision_cost(64, 3200, 0).bytes,
+        b.decision_cost(64, 3200, 0).bytes
     );
     assert_eq!(b.bulk_summaries().page, Some(32));
     assert_eq!(m.bulk_summaries().clusters, Some(4));

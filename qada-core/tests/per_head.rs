@@ -122,10 +122,10 @@ proptest! {
             let name = inner.name().to_string();
             let expected = inner.decide(&c.input(layer, head)).unwrap();
             let (d, t) = (c.query.len(), c.keys.len() / c.query.len());
-            let cost = (inner.decision_flops(d, t), inner.decision_bytes(d, t));
+            let cost = inner.decision_cost(d, t, t + 1);
             let summaries = inner.bulk_summaries();
             let per_head = PerHead::new(inner, table.clone());
-            prop_assert_eq!((per_head.decision_flops(d, t), per_head.decision_bytes(d, t)), cost);
+            prop_assert_eq!(per_head.decision_cost(d, t, t + 1), cost);
             prop_assert_eq!(per_head.bulk_summaries(), summaries);
             prop_assert_eq!(per_head.name(), format!("{name}+heads"));
             prop_assert_eq!(per_head.tau().map(Tau::get), Some(tau));

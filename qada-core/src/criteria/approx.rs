@@ -8,7 +8,7 @@
 use qada_stats::{GaussianScore, KeyDistribution};
 
 use crate::criterion::{decide_adaptive, decide_adaptive_group, shared_batch, GROUP_BATCH};
-use crate::{Decision, HeadInput, LocalityCriterion, Result, Tau};
+use crate::{Decision, DecisionCost, HeadInput, LocalityCriterion, Result, Tau};
 
 /// The query-adaptive approximate criterion.
 #[derive(Clone, Copy, Debug)]
@@ -82,8 +82,11 @@ impl LocalityCriterion for Approx {
     fn name(&self) -> &str {
         "approx"
     }
-    fn decision_flops(&self, d: usize, _bulk_len: usize) -> u64 {
-        // q . mu (2d) and q Sigma q over the packed triangle (about d^2 + 2d).
-        (d * d + 4 * d) as u64
+    fn decision_cost(&self, d: usize, _bulk_len: usize, _context: usize) -> DecisionCost {
+        // q . mu (2d) and q Sigma q over the packed triangle (about d^2 + 2d); no summary read
+        DecisionCost {
+            flops: (d * d + 4 * d) as u64,
+            bytes: 0,
+        }
     }
 }

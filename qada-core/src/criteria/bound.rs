@@ -15,7 +15,7 @@ use qada_stats::{BulkSummaries, PageBounds};
 
 use crate::criterion::decide_adaptive;
 use crate::lse::lse2;
-use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
+use crate::{CoreError, Decision, DecisionCost, HeadInput, LocalityCriterion, Result, Tau};
 
 /// Keys per page: 32 rows of `d = 64` f32 keys are 8 KiB, so the bound reads `2 / 32` of the
 /// bulk's bytes (1/16), the ratio Quest uses with its pages of 16 f16 keys and f16 bounds.
@@ -155,14 +155,15 @@ impl LocalityCriterion for Bound {
     fn name(&self) -> &str {
         "bound"
     }
-    fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
-        // per page and coordinate: two products, a maximum and a sum (plus the slack's
-        // magnitude from the same products)
-        (4 * d * bulk_len.div_ceil(self.page)) as u64
-    }
-    /// The page bounds of the bulk: a minimum and a maximum (f32) per page and coordinate.
-    fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
-        (2 * 4 * d * bulk_len.div_ceil(self.page)) as u64
+    /// Per page and coordinate: two products, a maximum and a sum (plus the slack's
+    /// magnitude from the same products); it reads the page bounds of the bulk, a minimum and
+    /// a maximum (f32) per page and coordinate.
+    fn decision_cost(&self, d: usize, bulk_len: usize, _context: usize) -> DecisionCost {
+        let pages = bulk_len.div_ceil(self.page);
+        DecisionCost {
+            flops: (4 * d * pages) as u64,
+            bytes: (2 * 4 * d * pages) as u64,
+        }
     }
     fn bulk_summaries(&self) -> BulkSummaries {
         BulkSummaries {

@@ -65,12 +65,6 @@ impl<C: LocalityCriterion> LocalityCriterion for DenseBelow<C> {
     fn name(&self) -> &str {
         self.inner.name()
     }
-    fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
-        self.inner.decision_flops(d, bulk_len)
-    }
-    fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
-        self.inner.decision_bytes(d, bulk_len)
-    }
     /// Nothing below the threshold (dense decides nothing and reads no summary); the inner
     /// criterion's from it.
     fn decision_cost(&self, d: usize, bulk_len: usize, context: usize) -> DecisionCost {

@@ -17,7 +17,9 @@
 use qada_stats::BulkSummaries;
 
 use crate::criterion::decide_adaptive;
-use crate::{Approx, Bound, CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
+use crate::{
+    Approx, Bound, CoreError, Decision, DecisionCost, HeadInput, LocalityCriterion, Result, Tau,
+};
 
 /// Margin in nats of bulk mass: QAdA alone decides local heads whose label survives an
 /// underestimate of `A_bulk` by a factor `e` (2.7). The measured Gaussian errors
@@ -88,13 +90,14 @@ impl LocalityCriterion for Hybrid {
     fn name(&self) -> &str {
         "hybrid"
     }
-    /// QAdA's cost plus the bound's, which is paid only for the close calls: an upper bound.
-    fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
-        (d * d + 4 * d) as u64 + self.bound.decision_flops(d, bulk_len)
-    }
-    /// The bound's page bounds, read only for the close calls: an upper bound.
-    fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
-        self.bound.decision_bytes(d, bulk_len)
+    /// QAdA's cost plus the bound's (its flops and its page bounds' bytes), which is paid
+    /// only for the close calls: an upper bound.
+    fn decision_cost(&self, d: usize, bulk_len: usize, context: usize) -> DecisionCost {
+        let bound = self.bound.decision_cost(d, bulk_len, context);
+        DecisionCost {
+            flops: (d * d + 4 * d) as u64 + bound.flops,
+            bytes: bound.bytes,
+        }
     }
     fn bulk_summaries(&self) -> BulkSummaries {
         self.bound.bulk_summaries()

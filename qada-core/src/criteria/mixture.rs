@@ -15,7 +15,7 @@ use qada_stats::{BulkSummaries, ClusterMoments, GaussianScore};
 
 use crate::criterion::{decide_adaptive, decide_adaptive_group, shared_batch, GROUP_BATCH};
 use crate::lse::lse2;
-use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
+use crate::{CoreError, Decision, DecisionCost, HeadInput, LocalityCriterion, Result, Tau};
 
 /// Clusters: four Gaussians cost what one does at `d / 2` and follow a bulk that drifts
 /// through a few topics of a long prompt; k-means on the prefill bulk stays cheap
@@ -133,9 +133,12 @@ impl LocalityCriterion for Mixture {
     fn name(&self) -> &str {
         "mixture"
     }
-    fn decision_flops(&self, d: usize, _bulk_len: usize) -> u64 {
+    fn decision_cost(&self, d: usize, _bulk_len: usize, _context: usize) -> DecisionCost {
         // QAdA's d^2 + 4d per cluster
-        (self.k * (d * d + 4 * d)) as u64
+        DecisionCost {
+            flops: (self.k * (d * d + 4 * d)) as u64,
+            bytes: 0,
+        }
     }
     fn bulk_summaries(&self) -> BulkSummaries {
         BulkSummaries {

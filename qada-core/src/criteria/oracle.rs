@@ -6,7 +6,7 @@
 use crate::attention::scores;
 use crate::criterion::decide_adaptive;
 use crate::lse::{lse, lse2};
-use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
+use crate::{CoreError, Decision, DecisionCost, HeadInput, LocalityCriterion, Result, Tau};
 
 /// Exact adaptive criterion. It reads every bulk key, so it saves nothing: a tool of analysis
 /// and the ground truth for the others.
@@ -64,7 +64,11 @@ impl LocalityCriterion for Oracle {
     fn name(&self) -> &str {
         "oracle"
     }
-    fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
-        (2 * d * bulk_len) as u64
+    /// Every bulk score (its keys are attention's own reads, counted there).
+    fn decision_cost(&self, d: usize, bulk_len: usize, _context: usize) -> DecisionCost {
+        DecisionCost {
+            flops: (2 * d * bulk_len) as u64,
+            bytes: 0,
+        }
     }
 }

@@ -46,7 +46,7 @@ use crate::attention::{column_page_masses, exp_in_place, max_score, scores, Elem
 use crate::criteria::bound::{checked_pages, F32_ROUNDING};
 use crate::lse::lse;
 use crate::selection::{GroupRead, PageSelection, SelectScratch};
-use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result, Tau};
+use crate::{CoreError, Decision, DecisionCost, HeadInput, LocalityCriterion, Result, Tau};
 
 /// Keys per page of the selection: 32 f16 keys and values of `d = 64` are 8 KiB, whose two
 /// summary rows (f32) are 512 bytes.
@@ -153,11 +153,9 @@ impl<C: LocalityCriterion> LocalityCriterion for Pages<C> {
             rule => rule.name(),
         }
     }
-    fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
-        self.gate.decision_flops(d, bulk_len)
-    }
-    fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
-        self.gate.decision_bytes(d, bulk_len)
+    /// The gate's (the page choice's cost is added per group, as it reads: `add_cost`).
+    fn decision_cost(&self, d: usize, bulk_len: usize, context: usize) -> DecisionCost {
+        self.gate.decision_cost(d, bulk_len, context)
     }
     fn bulk_summaries(&self) -> BulkSummaries {
         BulkSummaries {

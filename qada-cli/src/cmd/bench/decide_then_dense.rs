@@ -46,12 +46,6 @@ impl LocalityCriterion for DecideThenDense {
     fn name(&self) -> &str {
         "decide-then-dense"
     }
-    fn decision_flops(&self, d: usize, bulk_len: usize) -> u64 {
-        self.0.decision_flops(d, bulk_len)
-    }
-    fn decision_bytes(&self, d: usize, bulk_len: usize) -> u64 {
-        self.0.decision_bytes(d, bulk_len)
-    }
     fn decision_cost(&self, d: usize, bulk_len: usize, context: usize) -> DecisionCost {
         self.0.decision_cost(d, bulk_len, context)
     }
