@@ -13,6 +13,7 @@ mod analyze;
 mod arrays;
 mod decide;
 mod errors;
+mod interrupt;
 mod model;
 mod moments;
 mod options;

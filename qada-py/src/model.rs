@@ -1,10 +1,11 @@
 //! `qada.Model`: a GGUF model (a path, or a short name the setup script fetches) with its
-//! tokenizer; `generate` (the GIL released, Ctrl-C checked between tokens), `analyze` (the
+//! tokenizer; `generate` (the GIL released, Ctrl-C checked between tokens and prompt blocks), `analyze` (the
 //! per-head report of `qada analyze` as numpy arrays) and `session` (see `session.rs`).
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Instant;
 
 use pyo3::exceptions::PyFileNotFoundError;
 use pyo3::prelude::*;
@@ -15,13 +16,14 @@ use qada_eval::{ProbeOptions, Report};
 use qada_model::known_models::{repo_roots, resolve_model_file};
 use qada_model::ActPrecision;
 use qada_model::{
-    generate_until, GenerateConfig, LoadOptions, Model, SamplingParams, Session, SessionOptions,
-    WeightFormat,
+    generate_after_prefill, GenerateConfig, LoadOptions, Model, Sampler, SamplingParams, Session,
+    SessionOptions, WeightFormat,
 };
 
 use crate::analyze::report_dict;
 use crate::arrays::token_ids;
 use crate::errors::{bad_arg, check_tau, qada_err};
+use crate::interrupt::{check_signals, prefill_checking_signals};
 use crate::options::Decoding;
 use crate::session::PySession;
 
@@ -258,7 +260,7 @@ impl PyModel {
 
     /// Generate text after `prompt` (a string, or token ids) with `criterion` deciding every
     /// head of every global layer at every step. Greedy at temperature 0. Ctrl-C stops it
-    /// between tokens (KeyboardInterrupt).
+    /// between tokens and between blocks of the prompt (KeyboardInterrupt).
     #[pyo3(signature = (
         prompt, max_tokens=64, criterion="dense", tau=P.tau, temperature=0.0, top_k=0,
         top_p=1.0, seed=0, chat=false, system=None, stop=Vec::new(), ignore_eos=false,
@@ -330,50 +332,49 @@ impl PyModel {
             },
         };
         let model = &*self.model;
-        let (result, interrupt) = py.detach(|| {
+        // the sampling parameters checked before the prompt runs
+        Sampler::new(cfg.sampling.clone()).map_err(qada_err)?;
+        let outcome = py.detach(|| -> qada_model::Result<ControlFlow<PyErr, PyGeneration>> {
+            let mut session = Session::new(model, opts)?;
+            let t0 = Instant::now();
+            if let ControlFlow::Break(e) = prefill_checking_signals(&mut session, &ids)? {
+                return Ok(ControlFlow::Break(e));
+            }
             let mut interrupt = None;
-            let result = Session::new(model, opts).and_then(|mut session| {
-                let g = generate_until(
-                    &mut session,
-                    &ids,
-                    &cfg,
-                    &mut |_| match Python::attach(|py| py.check_signals()) {
-                        Ok(()) => ControlFlow::Continue(()),
-                        Err(e) => {
-                            interrupt = Some(e);
-                            ControlFlow::Break(())
-                        }
-                    },
-                    &mut |_, _| {},
-                )?;
-                let acc = session.accounting();
-                let name = session.criterion().name().to_string();
-                Ok((
-                    g,
-                    acc.sparsity(),
-                    acc.flops_ratio(),
-                    acc.kv_bytes_ratio(),
-                    name,
-                ))
-            });
-            (result, interrupt)
+            let g = generate_after_prefill(
+                &mut session,
+                &ids,
+                t0.elapsed().as_secs_f64(),
+                &cfg,
+                &mut |_| match check_signals() {
+                    ControlFlow::Continue(()) => ControlFlow::Continue(()),
+                    ControlFlow::Break(e) => {
+                        interrupt = Some(e);
+                        ControlFlow::Break(())
+                    }
+                },
+            )?;
+            if let Some(e) = interrupt {
+                return Ok(ControlFlow::Break(e));
+            }
+            let acc = session.accounting();
+            Ok(ControlFlow::Continue(PyGeneration {
+                text: g.text,
+                ids: g.generated_ids,
+                prompt_ids: g.prompt_ids,
+                stop_reason: g.stop.as_str(),
+                criterion: session.criterion().name().to_string(),
+                sparsity: acc.sparsity(),
+                flops_ratio: acc.flops_ratio(),
+                kv_bytes_ratio: acc.kv_bytes_ratio(),
+                prefill_secs: g.prefill_secs,
+                decode_secs: g.decode_secs,
+            }))
         });
-        if let Some(e) = interrupt {
-            return Err(e);
+        match outcome.map_err(qada_err)? {
+            ControlFlow::Continue(g) => Ok(g),
+            ControlFlow::Break(interrupted) => Err(interrupted),
         }
-        let (g, sparsity, flops_ratio, kv_bytes_ratio, criterion) = result.map_err(qada_err)?;
-        Ok(PyGeneration {
-            text: g.text,
-            ids: g.generated_ids,
-            prompt_ids: g.prompt_ids,
-            stop_reason: g.stop.as_str(),
-            criterion,
-            sparsity,
-            flops_ratio,
-            kv_bytes_ratio,
-            prefill_secs: g.prefill_secs,
-            decode_secs: g.decode_secs,
-        })
     }
 
     /// How a criterion (QAdA by default) labels every head against the oracle, as

@@ -3,6 +3,7 @@
 //! and values out as `(kv_heads, T, d)` float32; `queries(layer)` the rotated queries of the
 //! last step, `(h, d)` (global layers: the ones a criterion decides in).
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use ndarray::Array3;
@@ -14,6 +15,7 @@ use qada_stats::Rows;
 
 use crate::arrays::token_ids;
 use crate::errors::{bad_arg, qada_err};
+use crate::interrupt::prefill_checking_signals;
 
 /// Keeps the rotated queries of every global layer of one step.
 struct QueryRecorder<'a> {
@@ -97,7 +99,8 @@ impl PySession {
 #[pymethods]
 impl PySession {
     /// Run the prompt's token ids densely (the cache must be empty); the logits after the last
-    /// one, float32 of shape `(vocab,)`.
+    /// one, float32 of shape `(vocab,)`. Ctrl-C stops it between blocks of the prompt
+    /// (KeyboardInterrupt) and leaves the session empty.
     fn prefill<'py>(
         &mut self,
         py: Python<'py>,
@@ -112,10 +115,20 @@ impl PySession {
             ));
         }
         let session = &mut self.session;
-        let logits = py
-            .detach(|| session.prefill(&ids, &mut |_, _| {}).map(|l| l.to_vec()))
-            .map_err(qada_err)?;
-        Ok(PyArray1::from_vec(py, logits))
+        let run = py.detach(|| -> qada_model::Result<_> {
+            Ok(match prefill_checking_signals(session, &ids)? {
+                ControlFlow::Continue(()) => ControlFlow::Continue(session.logits().to_vec()),
+                ControlFlow::Break(e) => ControlFlow::Break(e),
+            })
+        });
+        match run.map_err(qada_err)? {
+            ControlFlow::Continue(logits) => Ok(PyArray1::from_vec(py, logits)),
+            ControlFlow::Break(interrupted) => {
+                // part of the prompt is cached: empty again, as before the call
+                self.session.reset();
+                Err(interrupted)
+            }
+        }
     }
 
     /// Decode one token at the next position (the criterion decides every head of every

@@ -78,15 +78,25 @@ def test_tokenize_is_the_clis_and_detokenize_inverts_it(model):
     assert len(chat) > len(ids) and model.detokenize(chat).count(text) == 1
 
 
+# Three prefill blocks and a part (about 1,600 tokens): generate runs it in parts of 512
+# tokens with Ctrl-C checked between them, the CLI in one call.
+BLOCKS_PROMPT = " ".join(
+    f"Line {i}: the miller counts {i * 7} sacks of grain and the river runs on." for i in range(70)
+) + " The miller's total is"
+
+
 @pytest.mark.parametrize("criterion", ["dense", "approx"])
-def test_greedy_generation_is_the_clis(model, criterion):
-    g = model.generate(LONG_PROMPT, max_tokens=12, criterion=criterion, tau=0.6)
+@pytest.mark.parametrize("prompt", [LONG_PROMPT, BLOCKS_PROMPT], ids=["one-block", "blocks"])
+def test_greedy_generation_is_the_clis(model, criterion, prompt):
+    g = model.generate(prompt, max_tokens=12, criterion=criterion, tau=0.6)
     ref = run_cli(
         "generate", "--model", str(MODEL), "--raw", "--json", "--criterion", criterion,
         "--tau", "0.6", "--max-new-tokens", "12",
         # the library's default is the exact path; the CLI's generate defaults to int8
-        "--activations", "f32", LONG_PROMPT,
+        "--activations", "f32", prompt,
     )
+    if prompt is BLOCKS_PROMPT:
+        assert 3 * 512 < len(ref["prompt_ids"]) < 4 * 512
     assert g.prompt_ids == ref["prompt_ids"]
     assert g.ids == ref["generated_ids"]
     assert g.text == ref["text"]
@@ -243,3 +253,39 @@ def test_ctrl_c_interrupts_a_long_generation():
     assert "KeyboardInterrupt" in err, err
     assert "finished" not in out
     assert time.monotonic() - t0 < 30
+
+
+def test_ctrl_c_interrupts_a_long_prompt_between_blocks():
+    # an 8000-token prompt (16 blocks of 512: seconds on any host) and SIGINT a second into
+    # it: the session's prefill stops at the next block and leaves the session empty (had the
+    # signal waited for the whole prompt, the session would hold its 8000 tokens when
+    # KeyboardInterrupt surfaced); generate's prefill stops the same way
+    code = (
+        "import os, signal, threading, time, faulthandler, qada\n"
+        "faulthandler.dump_traceback_later(60, exit=True)\n"
+        "m = qada.Model('smollm2-135m')\n"
+        "text = ' '.join(f'Line {i}: the miller counts {i * 7} sacks.' for i in range(1500))\n"
+        "ids = m.tokenize(text)[:8000]\n"
+        "assert len(ids) == 8000\n"
+        "s = m.session(kv='f16')\n"
+        "for run in ['session', 'generate']:\n"
+        "    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()\n"
+        "    t0 = time.monotonic()\n"
+        "    try:\n"
+        "        s.prefill(ids) if run == 'session' else m.generate(ids, max_tokens=1)\n"
+        "        print(run, 'finished', len(s), flush=True)\n"
+        "    except KeyboardInterrupt:\n"
+        "        print(run, 'interrupted', len(s), time.monotonic() - t0, flush=True)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    lines = [line.split() for line in p.stdout.splitlines()]
+    assert p.returncode == 0 and len(lines) == 2, (p.stdout, p.stderr)
+    (run, what, cached, secs), (run2, what2, _, secs2) = lines
+    assert (run, what, cached) == ("session", "interrupted", "0"), p.stdout
+    assert (run2, what2) == ("generate", "interrupted"), p.stdout
+    # the signal comes a second in; one block later the call is over (a block of 512 tokens
+    # at a depth of up to 8000 takes well under 10 s on any host this runs on)
+    for t in (float(secs), float(secs2)):
+        assert 0.9 < t < 11.0, p.stdout

@@ -105,7 +105,9 @@ class Session:
     """One sequence decoding on a model (see `Model.session`)."""
 
     def prefill(self, ids: Sequence[int]) -> npt.NDArray[np.float32]:
-        """Run the prompt densely; the logits after its last token, shape (vocab,)."""
+        """Run the prompt densely; the logits after its last token, shape (vocab,). Ctrl-C
+        stops it between blocks of 512 tokens (KeyboardInterrupt) and leaves the session
+        empty."""
     def step(self, id: int) -> npt.NDArray[np.float32]:
         """Decode one token; the logits after it. Records the step's rotated queries."""
     def keys(self, layer: int) -> npt.NDArray[np.float32]:
@@ -181,7 +183,7 @@ class Model:
         margin: float = 1.0,
     ) -> Generation:
         """Generate text; greedy at temperature 0. Ctrl-C raises KeyboardInterrupt between
-        tokens."""
+        tokens, and between blocks of 512 tokens of the prompt."""
     def analyze(
         self,
         prompt: Prompt,
