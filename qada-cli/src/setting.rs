@@ -27,6 +27,10 @@ pub const SHIPPED: &[(&str, &str)] = &[
         include_str!("../settings/qwen2.5-0.5b.json"),
     ),
     ("gemma3-270m", include_str!("../settings/gemma3-270m.json")),
+    (
+        "qwen2.5-1.5b",
+        include_str!("../settings/qwen2.5-1.5b.json"),
+    ),
 ];
 
 /// The facts that decide whether a setting was made for a model.
