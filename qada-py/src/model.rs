@@ -1,6 +1,7 @@
 //! `qada.Model`: a GGUF model (a path, or a short name the setup script fetches) with its
-//! tokenizer; `generate` (the GIL released, Ctrl-C checked between tokens and prompt blocks), `analyze` (the
-//! per-head report of `qada analyze` as numpy arrays) and `session` (see `session.rs`).
+//! tokenizer; `generate` (the GIL released, Ctrl-C checked between tokens and between blocks
+//! of the prompt), `analyze` (the per-head report of `qada analyze` as numpy arrays) and
+//! `session` (see `session.rs`).
 
 use std::ops::ControlFlow;
 use std::path::PathBuf;
