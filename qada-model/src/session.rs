@@ -7,7 +7,7 @@ use qada_kv::{
     CacheCheckpoint, CacheShape, HeadView, KvCache, KvDtype, LayerView, MomentsMode, WindowConfig,
 };
 
-use std::ops::Deref;
+use std::ops::{ControlFlow, Deref};
 use std::sync::Arc;
 
 use crate::block::{self, Attend, Buffers};
@@ -367,6 +367,36 @@ impl<'m> Session<'m> {
         self.check_room(tokens.len())?;
         self.prefill_hidden(tokens, progress)?;
         Ok(())
+    }
+
+    /// [`Session::prefill`] of `tokens` after the tokens cached, in parts that end on whole
+    /// [`PREFILL_BLOCK`]s of the sequence (so it computes what one prefill computes, as
+    /// [`Session::extend`] says); `between(self)` runs after every part but the last, with the
+    /// part cached, and may stop the prompt there: `Break(b)` leaves it part-run and prefill
+    /// not ended (restore a checkpoint or reset before another prompt). For callers that act
+    /// between blocks: the server keeps prefix marks and notices a client that left, the
+    /// Python binding runs Ctrl-C's handler.
+    ///
+    /// # Errors
+    /// As [`Session::prefill`].
+    pub fn prefill_in_parts<B>(
+        &mut self,
+        tokens: &[u32],
+        mut between: impl FnMut(&Self) -> ControlFlow<B>,
+    ) -> Result<ControlFlow<B, &[f32]>> {
+        let mut rest = tokens;
+        loop {
+            let at = self.len();
+            let part = ((at / PREFILL_BLOCK + 1) * PREFILL_BLOCK - at).min(rest.len());
+            if part == rest.len() {
+                return Ok(ControlFlow::Continue(self.prefill(rest, &mut |_, _| {})?));
+            }
+            self.extend(&rest[..part], &mut |_, _| {})?;
+            rest = &rest[part..];
+            if let ControlFlow::Break(b) = between(self) {
+                return Ok(ControlFlow::Break(b));
+            }
+        }
     }
 
     /// `logits = W_out N_out(x)` for the residual row in the decoding buffers.

@@ -174,6 +174,29 @@ fn a_prompt_run_in_parts_of_whole_blocks_gives_the_logits_of_one_prefill() {
         got, want,
         "parts of whole blocks compute what one prefill does"
     );
+    // the same in one call: `between` sees every whole block but the last part, and may stop
+    // the prompt at one
+    use std::ops::ControlFlow;
+    let mut seen = Vec::new();
+    let mut in_parts = session(None);
+    let flow = in_parts
+        .prefill_in_parts(&prompt, |s| {
+            seen.push(s.len());
+            ControlFlow::<()>::Continue(())
+        })
+        .unwrap();
+    assert_eq!(flow, ControlFlow::Continue(&want[..]));
+    let blocks: Vec<usize> = (1..=(prompt.len() - 1) / PREFILL_BLOCK)
+        .map(|k| k * PREFILL_BLOCK)
+        .collect();
+    assert_eq!(seen, blocks);
+    let mut stopped = session(None);
+    let flow = stopped
+        .prefill_in_parts(&prompt, |_| ControlFlow::Break(7))
+        .unwrap();
+    assert_eq!(flow, ControlFlow::Break(7));
+    assert_eq!(stopped.len(), PREFILL_BLOCK);
+
     // decoding ends prefill: a later part is refused
     parts.step(prompt[0]).unwrap();
     assert!(parts.extend(&prompt[..1], &mut |_, _| {}).is_err());

@@ -117,7 +117,7 @@ impl PySession {
         let session = &mut self.session;
         let run = py.detach(|| -> qada_model::Result<_> {
             Ok(match prefill_checking_signals(session, &ids)? {
-                ControlFlow::Continue(()) => ControlFlow::Continue(session.logits().to_vec()),
+                ControlFlow::Continue(logits) => ControlFlow::Continue(logits.to_vec()),
                 ControlFlow::Break(e) => ControlFlow::Break(e),
             })
         });

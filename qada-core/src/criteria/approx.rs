@@ -83,10 +83,16 @@ impl LocalityCriterion for Approx {
         "approx"
     }
     fn decision_cost(&self, d: usize, _bulk_len: usize, _context: usize) -> DecisionCost {
-        // q . mu (2d) and q Sigma q over the packed triangle (about d^2 + 2d); no summary read
         DecisionCost {
-            flops: (d * d + 4 * d) as u64,
+            flops: gaussian_test_flops(d),
             bytes: 0,
         }
     }
+}
+
+/// FLOPs of one Gaussian estimate of `ln A_bulk` for a head of dimension `d`: `q . mu` (2d)
+/// and `q Sigma q` over the packed triangle (about d^2 + 2d). QAdA pays it once a decision,
+/// the mixture once a cluster, the hybrid once before its bound.
+pub(crate) fn gaussian_test_flops(d: usize) -> u64 {
+    (d * d + 4 * d) as u64
 }

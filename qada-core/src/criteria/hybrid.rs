@@ -16,6 +16,7 @@
 
 use qada_stats::BulkSummaries;
 
+use crate::criteria::approx::gaussian_test_flops;
 use crate::criterion::decide_adaptive;
 use crate::{
     Approx, Bound, CoreError, Decision, DecisionCost, HeadInput, LocalityCriterion, Result, Tau,
@@ -95,7 +96,7 @@ impl LocalityCriterion for Hybrid {
     fn decision_cost(&self, d: usize, bulk_len: usize, context: usize) -> DecisionCost {
         let bound = self.bound.decision_cost(d, bulk_len, context);
         DecisionCost {
-            flops: (d * d + 4 * d) as u64 + bound.flops,
+            flops: gaussian_test_flops(d) + bound.flops,
             bytes: bound.bytes,
         }
     }

@@ -13,6 +13,7 @@
 
 use qada_stats::{BulkSummaries, ClusterMoments, GaussianScore};
 
+use crate::criteria::approx::gaussian_test_flops;
 use crate::criterion::{decide_adaptive, decide_adaptive_group, shared_batch, GROUP_BATCH};
 use crate::lse::lse2;
 use crate::{CoreError, Decision, DecisionCost, HeadInput, LocalityCriterion, Result, Tau};
@@ -134,9 +135,8 @@ impl LocalityCriterion for Mixture {
         "mixture"
     }
     fn decision_cost(&self, d: usize, _bulk_len: usize, _context: usize) -> DecisionCost {
-        // QAdA's d^2 + 4d per cluster
         DecisionCost {
-            flops: (self.k * (d * d + 4 * d)) as u64,
+            flops: self.k as u64 * gaussian_test_flops(d),
             bytes: 0,
         }
     }

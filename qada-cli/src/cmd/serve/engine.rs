@@ -11,7 +11,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use qada_core::Accounting;
-use qada_model::PREFILL_BLOCK;
 use qada_model::{
     generate_after_prefill, GenerateConfig, Generation, Model, SamplingParams, Session,
     SessionCheckpoint, SessionOptions, StopReason,
@@ -485,8 +484,8 @@ fn internal(e: qada_model::ModelError) -> ApiError {
     ApiError::status(500, "server_error", format!("the model failed: {e}"))
 }
 
-/// Run the prompt from `from` (a mark, or 0) in whole blocks, keeping marks; the last part
-/// ends prefill. `Ok(false)` when the client left between blocks.
+/// Run the prompt from `from` (a mark, or 0, where the session stands) in whole blocks,
+/// keeping marks; the last part ends prefill. `Ok(false)` when the client left between blocks.
 fn prefill_rest(
     session: &mut Session<'static>,
     tokens: &[u32],
@@ -495,22 +494,17 @@ fn prefill_rest(
     tx: &Sender<Event>,
 ) -> qada_model::Result<bool> {
     let n = tokens.len();
-    let mut at = from;
-    loop {
-        let next = (at / PREFILL_BLOCK + 1) * PREFILL_BLOCK;
-        if next >= n {
-            session.prefill(&tokens[at..], &mut |_, _| {})?;
-            return Ok(true);
-        }
-        session.extend(&tokens[at..next], &mut |_, _| {})?;
-        at = next;
-        if keeps_mark(at, n) {
-            marks.push((at, session.checkpoint()));
+    let flow = session.prefill_in_parts(&tokens[from..], |s| {
+        if keeps_mark(s.len(), n) {
+            marks.push((s.len(), s.checkpoint()));
         }
         if tx.is_closed() {
-            return Ok(false);
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
         }
-    }
+    })?;
+    Ok(flow.is_continue())
 }
 
 /// OpenAI's `usage`, with the prompt tokens from the cache and qada's accounting.
