@@ -214,12 +214,20 @@ def test_decide_on_the_sessions_tensors_is_analyzes_probe(model):
             assert float(a.log_local_share) == pytest.approx(ll - np.logaddexp(ll, lbh), abs=1e-4)
 
 
+# Python raises KeyboardInterrupt on SIGINT only when SIGINT was not ignored at its start; a
+# shell without job control starts background commands (`cmd &`, as a CI runner may) with
+# SIGINT ignored, and the children inherit it, so a child takes Python's handler back as a
+# user at a terminal has it (run in the background, these tests failed without it).
+CTRL_C_AS_AT_A_TERMINAL = "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+
 def test_ctrl_c_interrupts_a_long_generation():
     # faulthandler: a child still running after 50 s prints where its threads are, so that a
     # failure below says what the generation was doing when the interrupt did not land
     code = (
-        "import qada, sys, faulthandler\n"
-        "faulthandler.dump_traceback_later(50, exit=True)\n"
+        "import qada, signal, sys, faulthandler\n"
+        + CTRL_C_AS_AT_A_TERMINAL
+        + "faulthandler.dump_traceback_later(50, exit=True)\n"
         "m = qada.Model('smollm2-135m')\n"
         "print('ready', flush=True)\n"
         "m.generate('Once upon a time', max_tokens=100000, ignore_eos=True)\n"
@@ -262,7 +270,8 @@ def test_ctrl_c_interrupts_a_long_prompt_between_blocks():
     # KeyboardInterrupt surfaced); generate's prefill stops the same way
     code = (
         "import os, signal, threading, time, faulthandler, qada\n"
-        "faulthandler.dump_traceback_later(60, exit=True)\n"
+        + CTRL_C_AS_AT_A_TERMINAL
+        + "faulthandler.dump_traceback_later(60, exit=True)\n"
         "m = qada.Model('smollm2-135m')\n"
         "text = ' '.join(f'Line {i}: the miller counts {i * 7} sacks.' for i in range(1500))\n"
         "ids = m.tokenize(text)[:8000]\n"
