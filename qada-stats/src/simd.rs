@@ -123,6 +123,64 @@ impl Avx512Vnni {
     }
 }
 
+/// Proof that this CPU runs AMX int8 code (`tdpbusd`: a 16 x 16 tile of i32 sums of u8 x i8
+/// products over up to 64 bytes a row, in one instruction) and that Linux let this process use
+/// the tile registers (`arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)` succeeded, asked
+/// once), besides what an [`Avx512Vnni`] token proves; and that `QADA_NO_AMX` is unset (the
+/// AVX-512 VNNI tiles then run, for tests and comparisons). Sapphire Rapids and later Xeons
+/// have it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Amx {
+    vnni: Avx512Vnni,
+}
+
+impl Amx {
+    /// The token when [`Avx512Vnni::detect`] gives one, CPUID reports AMX-TILE and AMX-INT8,
+    /// the kernel grants the tile data permission and `QADA_NO_AMX` is unset; detected once
+    /// per process.
+    #[inline]
+    pub fn detect() -> Option<Amx> {
+        static DETECTED: OnceLock<bool> = OnceLock::new();
+        let vnni = Avx512Vnni::detect()?;
+        let ok = *DETECTED
+            .get_or_init(|| std::env::var_os("QADA_NO_AMX").is_none() && cpu_and_os_allow_amx());
+        ok.then_some(Amx { vnni })
+    }
+
+    /// The AVX-512 VNNI token this one implies.
+    #[inline]
+    pub fn avx512_vnni(self) -> Avx512Vnni {
+        self.vnni
+    }
+}
+
+/// CPUID leaf 7 reports AMX-TILE (EDX bit 24) and AMX-INT8 (bit 25), and Linux grants this
+/// process the tile data state (component 18): without the grant the first tile instruction
+/// faults.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn cpu_and_os_allow_amx() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    let leaf7 = std::arch::x86_64::__cpuid_count(7, 0);
+    if leaf7.edx & (1 << 24) == 0 || leaf7.edx & (1 << 25) == 0 {
+        return false;
+    }
+    // SAFETY: arch_prctl with ARCH_REQ_XCOMP_PERM takes two integers and touches no memory of
+    // ours; it returns 0 when the permission is granted and -1 otherwise.
+    unsafe {
+        libc::syscall(
+            libc::SYS_arch_prctl,
+            ARCH_REQ_XCOMP_PERM,
+            XFEATURE_XTILEDATA,
+        ) == 0
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn cpu_and_os_allow_amx() -> bool {
+    false
+}
+
 #[cfg(target_arch = "x86_64")]
 fn cpu_has_avx512_bw_vl_vnni() -> bool {
     is_x86_feature_detected!("avx512bw")
@@ -159,8 +217,8 @@ fn cpu_has_avx_vnni() -> bool {
 /// `avx2` (every kernel with an AVX2 path) plus `avx-vnni` (int8 prefill tiles), `avx512f`
 /// (the channel rule's column page masses, the f16 and f32 GQA block kernels, the
 /// moments' quadratic forms) and `avx512-vnni` (decoding's int8 products of eight rows and of
-/// Q5_K and Q6_K rows, int8 prefill tiles) where they are detected. What `qada bench` records beside
-/// its figures.
+/// Q5_K and Q6_K rows, int8 prefill tiles) and `amx` (int8 prefill tiles) where they are
+/// detected. What `qada bench` records beside its figures.
 pub fn kernel_sets() -> Vec<&'static str> {
     if Avx2::detect().is_none() {
         return vec!["portable"];
@@ -174,6 +232,9 @@ pub fn kernel_sets() -> Vec<&'static str> {
     }
     if Avx512Vnni::detect().is_some() {
         sets.push("avx512-vnni");
+    }
+    if Amx::detect().is_some() {
+        sets.push("amx");
     }
     sets
 }

@@ -80,6 +80,8 @@ mod dispatch;
 mod interleave;
 mod portable;
 mod tiles_int8;
+#[cfg(target_arch = "x86_64")]
+mod tiles_int8_amx;
 mod tiles_int8_matmul;
 #[cfg(target_arch = "x86_64")]
 mod tiles_int8_x86;

@@ -26,16 +26,23 @@ pub(crate) enum TileKernel {
     /// which lacks AVX-VNNI): as `Vnni`.
     #[cfg(target_arch = "x86_64")]
     Vnni512(qada_stats::simd::Avx512Vnni),
+    /// `tdpbusd` on AMX tiles, sixteen rows by sixteen tokens (`tiles_int8_amx.rs`): every
+    /// integer form, `Vnni512`'s results.
+    #[cfg(target_arch = "x86_64")]
+    Amx(qada_stats::simd::Amx),
 }
 
 impl TileKernel {
-    /// The fastest kernel this CPU runs for weights whose integers reach `umax`: AVX-VNNI or
-    /// AVX-512 VNNI, else AVX2 for integers up to 63, else (no AVX2, or `QADA_PORTABLE` set) the portable
+    /// The fastest kernel this CPU runs for weights whose integers reach `umax`: AMX, else
+    /// AVX-VNNI or AVX-512 VNNI, else AVX2 for integers up to 63, else (no AVX2, or `QADA_PORTABLE` set) the portable
     /// one, whose results are the same bit for bit. `None` for Q8_0 on an AVX2 CPU without
     /// VNNI: the f32 tiles are faster there than the portable kernel.
     pub(crate) fn for_weights(umax: u8) -> Option<TileKernel> {
         #[cfg(target_arch = "x86_64")]
         {
+            if let Some(t) = qada_stats::simd::Amx::detect() {
+                return Some(TileKernel::Amx(t));
+            }
             if let Some(v) = qada_stats::simd::AvxVnni::detect() {
                 return Some(TileKernel::Vnni(v));
             }
@@ -58,7 +65,7 @@ impl TileKernel {
             #[cfg(target_arch = "x86_64")]
             TileKernel::Avx2(_) => umax <= 63,
             #[cfg(target_arch = "x86_64")]
-            TileKernel::Vnni(_) | TileKernel::Vnni512(_) => true,
+            TileKernel::Vnni(_) | TileKernel::Vnni512(_) | TileKernel::Amx(_) => true,
         }
     }
 }
@@ -88,6 +95,12 @@ pub(crate) fn group_tokens(
         TileKernel::Vnni512(t) => {
             super::tiles_int8_x86::group_tokens_vnni512(t, g, sub, a, t0, count, out)
         }
+        // AMX multiplies whole tiles of sixteen (`matmul`); a group takes its VNNI kernel
+        #[cfg(target_arch = "x86_64")]
+        TileKernel::Amx(t) => {
+            let v = t.avx512_vnni();
+            super::tiles_int8_x86::group_tokens_vnni512(v, g, sub, a, t0, count, out)
+        }
     }
 }
 
@@ -107,6 +120,10 @@ pub(crate) fn matmul(
     let (n, k) = (a.n, a.k);
     if !kernel.handles(umax) || k % sub != 0 || y.len() < n.checked_mul(rows)? {
         return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if let TileKernel::Amx(t) = kernel {
+        return super::tiles_int8_amx::matmul(t, w, rows, a, y);
     }
     let tiles: Vec<(usize, Vec<f32>)> = (0..rows.div_ceil(TILE_ROWS))
         .into_par_iter()
@@ -140,17 +157,23 @@ pub(crate) fn matmul(
             Some((r0, out))
         })
         .collect::<Option<Vec<_>>>()?;
-    // token by token in parallel: each token's row of `y` gathers its part of every tile
+    gather_tiles(&tiles, n, rows, y);
+    Some(())
+}
+
+/// `y[t rows + r0 + i] = out[t width + i]` for every tile `(r0, out)` of `width = out.len() / n`
+/// rows by `n` tokens: token by token in parallel, each token's row of `y` gathers its part of
+/// every tile.
+pub(crate) fn gather_tiles(tiles: &[(usize, Vec<f32>)], n: usize, rows: usize, y: &mut [f32]) {
     y[..n * rows]
         .par_chunks_mut(rows.max(1))
         .enumerate()
         .for_each(|(t, yt)| {
-            for (r0, out) in &tiles {
+            for (r0, out) in tiles {
                 let width = out.len() / n;
                 yt[*r0..r0 + width].copy_from_slice(&out[t * width..(t + 1) * width]);
             }
         });
-    Some(())
 }
 
 #[cfg(test)]
@@ -211,6 +234,9 @@ mod tests {
             if let Some(v) = qada_stats::simd::Avx512Vnni::detect() {
                 ks.push(TileKernel::Vnni512(v));
             }
+            if let Some(t) = qada_stats::simd::Amx::detect() {
+                ks.push(TileKernel::Amx(t));
+            }
         }
         ks.retain(|k| k.handles(umax));
         ks
@@ -247,7 +273,7 @@ mod tests {
         /// the activations' 8-bit rounding: `|err| <= sum_j |w_j| d_x / 2` per block.
         #[test]
         fn tiles_are_the_product_up_to_the_activations_rounding(
-            t in 0usize..8, seed in any::<u64>(), rows in 1usize..21, n in 1usize..10,
+            t in 0usize..8, seed in any::<u64>(), rows in 1usize..41, n in 1usize..37,
             blocks in 1usize..3,
         ) {
             let ty = TYPES[t];
