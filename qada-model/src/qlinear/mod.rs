@@ -79,6 +79,7 @@ mod avx512_rows;
 mod dispatch;
 mod interleave;
 mod portable;
+mod prefetch;
 mod tiles_int8;
 #[cfg(target_arch = "x86_64")]
 mod tiles_int8_amx;
@@ -349,6 +350,7 @@ impl QLinear {
                 .enumerate()
                 .for_each(|(i, o)| *o = self.row_dot(g0 + i, a, k));
         };
+        prefetch::ahead(&b.data, g0 * b.row_bytes, 8 * b.row_bytes);
         // checked: `from_blocks` made rows of `cols` values, `a` holds `cols`
         if let Some(v) = dispatch::dot_group8_checked(b.ty, b.group(g0), b.row_bytes, a, k) {
             out.copy_from_slice(&v);
@@ -369,7 +371,10 @@ impl QLinear {
                 qada_core::attention::dot(&w[r * self.cols..(r + 1) * self.cols], &a.f)
             }
             // checked: `from_blocks` made rows of `cols` values, `a` holds `cols`
-            Storage::Blocks(b) => b.with_row(r, |row| dispatch::dot_row_checked(b.ty, row, a, k)),
+            Storage::Blocks(b) => {
+                prefetch::ahead(&b.data, r * b.row_bytes, b.row_bytes);
+                b.with_row(r, |row| dispatch::dot_row_checked(b.ty, row, a, k))
+            }
         }
     }
 
