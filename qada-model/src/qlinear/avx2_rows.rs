@@ -260,6 +260,11 @@ macro_rules! eight_rows {
         );
         let mut $b = 0;
         while $b < nb {
+            // the bytes 4 KiB ahead of this block are on their way meanwhile (`prefetch.rs`)
+            super::prefetch::lines_ahead(
+                block_at::<$ty>(group, $b),
+                8 * std::mem::size_of::<$ty>(),
+            );
             // `b < nb`, checked by `blocks_and_acts` against the group and `a`
             let (s, h) = $block(group, a, $b);
             if $b % 2 == 0 {

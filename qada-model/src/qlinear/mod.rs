@@ -350,12 +350,13 @@ impl QLinear {
                 .enumerate()
                 .for_each(|(i, o)| *o = self.row_dot(g0 + i, a, k));
         };
-        prefetch::ahead(&b.data, g0 * b.row_bytes, 8 * b.row_bytes);
-        // checked: `from_blocks` made rows of `cols` values, `a` holds `cols`
+        // checked: `from_blocks` made rows of `cols` values, `a` holds `cols`; the eight-row
+        // kernels prefetch block by block
         if let Some(v) = dispatch::dot_group8_checked(b.ty, b.group(g0), b.row_bytes, a, k) {
             out.copy_from_slice(&v);
             return;
         }
+        prefetch::ahead(&b.data, g0 * b.row_bytes, 8 * b.row_bytes);
         b.with_group_rows(g0, |rows| {
             for (o, row) in out.iter_mut().zip(rows.chunks_exact(b.row_bytes)) {
                 *o = dispatch::dot_row_checked(b.ty, row, a, k);

@@ -3,10 +3,13 @@
 //! A matrix-vector product reads every byte of the matrix once, rows (or interleaved groups of
 //! eight rows) one after another: one run of memory per thread. On the Xeons the hardware
 //! prefetcher alone leaves the kernels' loads waiting on L3 (a profile of SmolLM2's decoding
-//! put two thirds of the eight-row kernel's samples on its first loads of a block). Before a
-//! row or group is multiplied, [`ahead`] asks for the bytes [`DISTANCE`] beyond it, so that
-//! the stream is in L1 when the kernel gets there. Prefetching is a hint: an address past the
-//! matrix's end is not read and cannot fault.
+//! put two thirds of the eight-row kernel's samples on its first loads of a block). So the
+//! bytes [`DISTANCE`] beyond those being multiplied are asked for: by the eight-row kernels
+//! block by block ([`lines_ahead`], in `avx2_rows.rs`'s shared loop: spread between the
+//! products, where a whole group asked for at once made the requests wait for free fill
+//! buffers, SmolLM2 244, 263 against 288, 272 tokens/s alternated), and before each row by
+//! the other kernels ([`ahead`]). Prefetching is a hint: an address past the matrix's end is
+//! not read and cannot fault.
 //!
 //! `QADA_NO_PREFETCH` (any value, read once) turns it off, for comparisons.
 
@@ -25,13 +28,22 @@ fn enabled() -> bool {
 }
 
 /// Asks for the cache lines of `bytes[at + DISTANCE .. at + DISTANCE + len]` (whatever part
-/// of it exists; nothing is read), into L1.
+/// of it exists; nothing is read), into L1: before a row whose kernel reads it whole.
 #[inline]
 pub(crate) fn ahead(bytes: &[u8], at: usize, len: usize) {
+    lines_ahead(bytes.as_ptr().wrapping_add(at), len);
+}
+
+/// Asks for the cache lines of the `len` bytes [`DISTANCE`] beyond `p`, into L1: inside a
+/// kernel's loop, a block's worth at a time, so that the requests are spread between the
+/// products (a whole group's asked for at once waits for free fill buffers). `p` is never
+/// dereferenced: any address will do.
+#[inline(always)]
+pub(crate) fn lines_ahead(p: *const u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     if enabled() {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let start = bytes.as_ptr().wrapping_add(at.wrapping_add(DISTANCE));
+        let start = p.wrapping_add(DISTANCE);
         let mut off = 0;
         while off < len {
             // SAFETY: `prefetcht0` (SSE, in every x86_64 CPU) is a hint: it reads nothing
@@ -42,5 +54,5 @@ pub(crate) fn ahead(bytes: &[u8], at: usize, len: usize) {
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (bytes, at, len, enabled);
+    let _ = (p, len, enabled);
 }
