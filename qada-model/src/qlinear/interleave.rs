@@ -97,6 +97,9 @@ pub(crate) fn row_of_group(
 /// [`fields`] does not name, and `data` unchanged).
 pub(crate) fn interleave(ty: GgmlType, data: &mut [u8], row_bytes: usize, rows: usize) -> usize {
     let Some(fields) = fields(ty) else { return 0 };
+    if row_bytes == 0 {
+        return 0; // rows of no values: nothing to interleave
+    }
     let groups = rows / GROUP;
     let mut scratch = vec![0u8; GROUP * row_bytes];
     for group in data.chunks_exact_mut(GROUP * row_bytes).take(groups) {

@@ -109,9 +109,10 @@ impl ChunkActs {
             s: vec![0.0; chunks * T * subs],
         };
         let sums = a.sums(sub);
-        c.q.par_chunks_mut(T * k)
-            .zip(c.d.par_chunks_mut(T * blocks))
-            .zip(c.s.par_chunks_mut(T * subs))
+        // (`max(1)`: no chunk is empty but for `k == 0`, where there is nothing to lay out)
+        c.q.par_chunks_mut((T * k).max(1))
+            .zip(c.d.par_chunks_mut((T * blocks).max(1)))
+            .zip(c.s.par_chunks_mut((T * subs).max(1)))
             .enumerate()
             .for_each(|(ci, ((q, d), s))| {
                 for tn in 0..T.min(n - ci * T) {

@@ -326,6 +326,23 @@ mod tests {
         }
     }
 
+    /// Rows of no values (a tensor with a zero dimension) give zeros on every kernel.
+    #[test]
+    fn rows_of_no_values_give_zeros() {
+        let a = TokenActs::quantize(&[], 20, 0).unwrap();
+        for ty in TYPES {
+            let w = BlockRows::new(ty, Vec::new(), 0, 19);
+            for kernel in kernels(int_form_shape(ty).unwrap().1) {
+                let mut y = vec![f32::NAN; 20 * 19];
+                assert!(
+                    matmul(kernel, &w, 19, &a, &mut y).is_some(),
+                    "{ty} {kernel:?}"
+                );
+                assert!(y.iter().all(|&v| v == 0.0), "{ty} {kernel:?}");
+            }
+        }
+    }
+
     #[test]
     fn types_without_an_integer_form_and_short_outputs_are_refused() {
         let x = vec![0.5f32; 2 * 64];
