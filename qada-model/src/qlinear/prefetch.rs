@@ -15,10 +15,10 @@
 
 use std::sync::OnceLock;
 
-/// Bytes between what a row's product reads and what it asks for: 4 KiB. On the Xeon
-/// (family 6 model 167, 2 threads) 2, 4 and 8 KiB gave SmolLM2 221, 246 and 214 tokens/s
-/// at depth 0, Qwen2.5-0.5B 41.4, 41.4 and 40.2, Gemma 3 69.4, 64.1 and 62.9 (one run each,
-/// the host's noise about 10 %); without, 175-217, 32 and 48-55.
+/// Bytes between what a product reads and what it asks for: 4 KiB. On the Xeon (family 6
+/// model 167, 2 threads) 2, 4 and 8 KiB were within that host's noise of each other, all well
+/// ahead of no prefetch (the sweep and its figures: `docs/notebook/results-log.md`, section
+/// "Xeon family 6 model 167"; change this constant and rebuild to repeat it).
 pub(crate) const DISTANCE: usize = 4096;
 
 /// Whether `QADA_NO_PREFETCH` leaves the stream to the hardware.

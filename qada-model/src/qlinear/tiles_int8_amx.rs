@@ -66,23 +66,12 @@ impl RowTile {
             }
             true
         };
+        // each row in GGUF's order, taken out of its interleaved group where it is in one
         let rb = w.row_bytes;
-        for g0 in (r0..(r0 + T).min(rows)).step_by(8) {
-            let ok = if g0 + 8 <= w.grouped {
-                // an interleaved group: its rows in GGUF's order first
-                w.with_group_rows(g0, |eight| {
-                    (0..8).all(|i| put(g0 - r0 + i, &eight[i * rb..(i + 1) * rb]))
-                })
-            } else {
-                (g0..(g0 + 8).min(rows).min(r0 + T)).all(|r| {
-                    w.data
-                        .get(r * rb..(r + 1) * rb)
-                        .is_some_and(|row| put(r - r0, row))
-                })
-            };
-            if !ok {
-                return None;
-            }
+        let all = (r0..(r0 + T).min(rows))
+            .all(|r| (r + 1) * rb <= w.data.len() && w.with_row(r, |row| put(r - r0, row)));
+        if !all {
+            return None;
         }
         Some(tile)
     }
