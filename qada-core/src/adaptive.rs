@@ -582,7 +582,13 @@ impl LayerScratch {
             *read = decide(g, out, sel)?;
             Ok(t0.elapsed().as_secs_f64())
         };
-        if n_kv > 1 && bulk >= PARALLEL_SELECTION && criterion.bulk_summaries().page.is_some() {
+        // a page choice grows with the bulk; the clusters' quadratic forms (`k` matrices of
+        // `d (d + 1) / 2` values a group, read from memory at every step) do not, and are
+        // worth a core each from the first bulk key
+        let summaries = criterion.bulk_summaries();
+        let parallel = (bulk >= PARALLEL_SELECTION && summaries.page.is_some())
+            || (bulk > 0 && summaries.clusters.is_some_and(|k| k > 1));
+        if n_kv > 1 && parallel {
             decisions
                 .par_chunks_mut(group)
                 .zip(sels.par_iter_mut())

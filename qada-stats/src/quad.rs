@@ -6,12 +6,14 @@
 //! head. Every query keeps its own f64 accumulators, in an order that does not depend on the
 //! batch: a query's result is the same alone or batched, on either path.
 //!
-//! The AVX2 path keeps the portable path's four accumulator lanes (`j - i - 1 mod 4`) in one
-//! 256-bit register of f64 and adds them in the same pairs; it differs from the portable path
-//! only by the rounding of fused multiply-adds. The AVX-512 path keeps eight lanes
-//! (`j - i - 1 mod 8`) in one 512-bit register, half the multiply-adds for the same row, and
-//! adds lane `l` to lane `l + 4` before the AVX2 path's pairs: it differs from the portable
-//! path also by that order of summation (within `1e-12` of the definition, the tests).
+//! The SIMD paths sum in another order than the portable one: `2 sum_i q_i (M_ii q_i / 2 +
+//! sum_{j > i} M_ij q_j)`, each row's products with `q[i..]` (the diagonal halved) lane by
+//! lane in one register (four f64 lanes on AVX2, eight on AVX-512), scaled by `q_i` into the
+//! query's register, whose lanes are summed once at the end and doubled. No row ends in a sum
+//! across lanes or a scalar tail (the last chunk of a row is a masked load): such per-row
+//! reductions were most of an earlier kernel's time at `d = 64`. The paths differ from one
+//! another and from the definition by that order of summation and the rounding of fused
+//! multiply-adds (within `1e-12` of the definition, the tests).
 
 use crate::packed;
 use crate::simd::{Avx2, Avx512};
@@ -111,7 +113,7 @@ mod avx2 {
     use super::BATCH;
     use crate::packed;
 
-    /// [`super::portable`] with each query's four lanes in one register.
+    /// The quadratic forms with each query's products in the four lanes of one register.
     ///
     /// # Safety
     /// The CPU supports AVX2 and FMA; `m` holds `d (d + 1) / 2` values, `qs` a multiple of `d`
@@ -134,7 +136,10 @@ mod avx2 {
         const _: () = assert!(BATCH == 8);
     }
 
-    /// [`quad_forms`] for exactly `H` queries.
+    /// [`quad_forms`] for exactly `H` queries, as the AVX-512 kernel sums them (see there) on
+    /// four lanes: row `i` (its diagonal halved) times `q[i..]` lane by lane in chunks of 4
+    /// (the last masked), scaled by `q_i` into the query's register; its lanes are summed once
+    /// at the end, in pairs, and doubled.
     ///
     /// # Safety
     /// As [`quad_forms`], with `qs.len() == H d` and `out.len() == H`.
@@ -142,33 +147,55 @@ mod avx2 {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn batch<const H: usize>(m: &[f64], d: usize, qs: &[f64], out: &mut [f64]) {
         let (qs, out) = (&qs[..H * d], &mut out[..H]);
-        out.fill(0.0);
+        let half_first = _mm256_setr_pd(0.5, 1.0, 1.0, 1.0);
+        let lane = _mm256_setr_epi64x(0, 1, 2, 3);
+        // lanes below `left` set (all four from 4 on)
+        let mask_of = |left: usize| _mm256_cmpgt_epi64(_mm256_set1_epi64x(left as i64), lane);
+        let mut acc = [_mm256_setzero_pd(); H];
         for (i, r) in packed::rows(d) {
             let row = &m[r];
-            let n = row.len() - 1;
-            let chunks = n / 4;
-            let mut acc = [_mm256_setzero_pd(); H];
-            for c in 0..chunks {
-                // SAFETY: 1 + 4c + 3 < row.len() = n + 1 because c < n / 4.
-                let a = _mm256_loadu_pd(row.as_ptr().add(1 + 4 * c));
-                for (k, acc) in acc.iter_mut().enumerate() {
-                    // SAFETY: query k's values i + 1 + 4c .. + 4 lie within its d values, as
-                    // i + 1 + 4c + 3 < i + 1 + n = d, and k < H rows are in `qs`.
-                    let x = _mm256_loadu_pd(qs.as_ptr().add(k * d + i + 1 + 4 * c));
-                    *acc = _mm256_fmadd_pd(a, x, *acc);
+            let n = row.len();
+            let first = mask_of(n);
+            // SAFETY: `row` holds n >= 1 values; the mask enables lanes 0 .. min(4, n) only,
+            // and masked-off lanes are neither read nor fault.
+            let a = _mm256_mul_pd(_mm256_maskload_pd(row.as_ptr(), first), half_first);
+            let mut t = [_mm256_setzero_pd(); H];
+            for (k, t) in t.iter_mut().enumerate() {
+                // SAFETY: query k's values i .. i + min(4, n) lie within its d values
+                // (i + n = d, k < H rows in `qs`); the same mask as the row's.
+                let x = _mm256_maskload_pd(qs.as_ptr().add(k * d + i), first);
+                *t = _mm256_mul_pd(a, x);
+            }
+            let mut c = 4;
+            while c + 4 <= n {
+                // SAFETY: c + 4 <= n: the 4 values at c lie inside `row`, and query k's at
+                // i + c inside its d values.
+                let a = _mm256_loadu_pd(row.as_ptr().add(c));
+                for (k, t) in t.iter_mut().enumerate() {
+                    let x = _mm256_loadu_pd(qs.as_ptr().add(k * d + i + c));
+                    *t = _mm256_fmadd_pd(a, x, *t);
+                }
+                c += 4;
+            }
+            if c < n {
+                let last = mask_of(n - c);
+                // SAFETY: c < n: the pointers lie inside `row` and query k's values; the mask
+                // enables lanes c .. n only.
+                let a = _mm256_maskload_pd(row.as_ptr().add(c), last);
+                for (k, t) in t.iter_mut().enumerate() {
+                    let x = _mm256_maskload_pd(qs.as_ptr().add(k * d + i + c), last);
+                    *t = _mm256_fmadd_pd(a, x, *t);
                 }
             }
-            for (k, (acc, total)) in acc.iter().zip(out.iter_mut()).enumerate() {
-                let q = &qs[k * d + i..(k + 1) * d];
-                let mut lanes = [0.0f64; 4];
-                // SAFETY: `lanes` holds 4 f64.
-                _mm256_storeu_pd(lanes.as_mut_ptr(), *acc);
-                let mut off_diag = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-                for (a, x) in row[1 + 4 * chunks..].iter().zip(&q[1 + 4 * chunks..]) {
-                    off_diag += a * x;
-                }
-                *total += q[0] * (row[0] * q[0] + 2.0 * off_diag);
+            for (k, (acc, t)) in acc.iter_mut().zip(&t).enumerate() {
+                *acc = _mm256_fmadd_pd(*t, _mm256_set1_pd(qs[k * d + i]), *acc);
             }
+        }
+        for (acc, total) in acc.iter().zip(out.iter_mut()) {
+            let mut l = [0.0f64; 4];
+            // SAFETY: `l` holds 4 f64.
+            _mm256_storeu_pd(l.as_mut_ptr(), *acc);
+            *total = 2.0 * ((l[0] + l[1]) + (l[2] + l[3]));
         }
     }
 }
@@ -180,7 +207,7 @@ mod avx512 {
     use super::BATCH;
     use crate::packed;
 
-    /// [`super::portable`] with each query's lanes `j - i - 1 mod 8` in one register.
+    /// The quadratic forms with each query's products in the lanes of one register.
     ///
     /// # Safety
     /// The CPU supports AVX-512F, AVX2 and FMA; `m` holds `d (d + 1) / 2` values, `qs` a
@@ -202,7 +229,11 @@ mod avx512 {
         const _: () = assert!(BATCH == 8);
     }
 
-    /// [`quad_forms`] for exactly `H` queries.
+    /// [`quad_forms`] for exactly `H` queries, with no reduction across lanes inside the walk:
+    /// row `i` (its diagonal halved) is multiplied lane by lane with `q[i..]` in chunks of 8
+    /// (the last masked), the chunks' products summed into one register `t`, and `t` scaled by
+    /// `q_i` into the query's accumulator; the accumulator's lanes are summed once at the end
+    /// and doubled: `2 sum_i q_i (M_ii q_i / 2 + sum_{j > i} M_ij q_j)`.
     ///
     /// # Safety
     /// As [`quad_forms`], with `qs.len() == H d` and `out.len() == H`.
@@ -210,34 +241,61 @@ mod avx512 {
     #[target_feature(enable = "avx512f,avx2,fma")]
     unsafe fn batch<const H: usize>(m: &[f64], d: usize, qs: &[f64], out: &mut [f64]) {
         let (qs, out) = (&qs[..H * d], &mut out[..H]);
-        out.fill(0.0);
+        // lane 0 of a row's first chunk is its diagonal, counted once where the rest count twice
+        let half_first = _mm512_setr_pd(0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0);
+        let mut acc = [_mm512_setzero_pd(); H];
         for (i, r) in packed::rows(d) {
             let row = &m[r];
-            let n = row.len() - 1;
-            let chunks = n / 8;
-            let mut acc = [_mm512_setzero_pd(); H];
-            for c in 0..chunks {
-                // SAFETY: 1 + 8c + 7 < row.len() = n + 1 because c < n / 8.
-                let a = _mm512_loadu_pd(row.as_ptr().add(1 + 8 * c));
-                for (k, acc) in acc.iter_mut().enumerate() {
-                    // SAFETY: query k's values i + 1 + 8c .. + 8 lie within its d values, as
-                    // i + 1 + 8c + 7 < i + 1 + n = d, and k < H rows are in `qs`.
-                    let x = _mm512_loadu_pd(qs.as_ptr().add(k * d + i + 1 + 8 * c));
-                    *acc = _mm512_fmadd_pd(a, x, *acc);
+            let n = row.len();
+            let mask_of = |left: usize| -> __mmask8 {
+                if left >= 8 {
+                    0xff
+                } else {
+                    (1u8 << left) - 1
+                }
+            };
+            // the first chunk, from the diagonal (n >= 1): products, not sums
+            let first = mask_of(n);
+            // SAFETY: `row` holds n >= 1 values; the mask enables lanes 0 .. min(8, n) only,
+            // and masked-off lanes are neither read nor fault.
+            let a = _mm512_mul_pd(_mm512_maskz_loadu_pd(first, row.as_ptr()), half_first);
+            let mut t = [_mm512_setzero_pd(); H];
+            for (k, t) in t.iter_mut().enumerate() {
+                // SAFETY: query k's values i .. i + min(8, n) lie within its d values
+                // (i + n = d, k < H rows in `qs`); the same mask as the row's.
+                let x = _mm512_maskz_loadu_pd(first, qs.as_ptr().add(k * d + i));
+                *t = _mm512_mul_pd(a, x);
+            }
+            let mut c = 8;
+            while c + 8 <= n {
+                // SAFETY: c + 8 <= n: the 8 values at c lie inside `row`, and query k's at
+                // i + c inside its d values.
+                let a = _mm512_loadu_pd(row.as_ptr().add(c));
+                for (k, t) in t.iter_mut().enumerate() {
+                    let x = _mm512_loadu_pd(qs.as_ptr().add(k * d + i + c));
+                    *t = _mm512_fmadd_pd(a, x, *t);
+                }
+                c += 8;
+            }
+            if c < n {
+                let last = mask_of(n - c);
+                // SAFETY: c < n: the pointers lie inside `row` and query k's values; the mask
+                // enables lanes c .. n only.
+                let a = _mm512_maskz_loadu_pd(last, row.as_ptr().add(c));
+                for (k, t) in t.iter_mut().enumerate() {
+                    let x = _mm512_maskz_loadu_pd(last, qs.as_ptr().add(k * d + i + c));
+                    *t = _mm512_fmadd_pd(a, x, *t);
                 }
             }
-            for (k, (acc, total)) in acc.iter().zip(out.iter_mut()).enumerate() {
-                let q = &qs[k * d + i..(k + 1) * d];
-                let mut l = [0.0f64; 8];
-                // SAFETY: `l` holds 8 f64.
-                _mm512_storeu_pd(l.as_mut_ptr(), *acc);
-                let mut off_diag =
-                    ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]));
-                for (a, x) in row[1 + 8 * chunks..].iter().zip(&q[1 + 8 * chunks..]) {
-                    off_diag += a * x;
-                }
-                *total += q[0] * (row[0] * q[0] + 2.0 * off_diag);
+            for (k, (acc, t)) in acc.iter_mut().zip(&t).enumerate() {
+                *acc = _mm512_fmadd_pd(*t, _mm512_set1_pd(qs[k * d + i]), *acc);
             }
+        }
+        for (acc, total) in acc.iter().zip(out.iter_mut()) {
+            let mut l = [0.0f64; 8];
+            // SAFETY: `l` holds 8 f64.
+            _mm512_storeu_pd(l.as_mut_ptr(), *acc);
+            *total = 2.0 * (((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7])));
         }
     }
 }
@@ -268,7 +326,7 @@ mod tests {
         /// batch it is in (bit for bit, on the path this CPU takes).
         #[test]
         fn batched_forms_match_the_definition_and_each_query_alone(
-            d in 1usize..40,
+            d in 1usize..72,
             h in 1usize..12,
             seed in any::<u64>(),
         ) {

@@ -152,6 +152,39 @@ pub unsafe fn exp_in_place(_: Avx2, s: &mut [f32], m: f32) -> f32 {
     total
 }
 
+/// [`crate::attention::sum_exp`] on 8 lanes: `exp(s_i - m)` by [`exp8`], each 8 values
+/// widened to f64 and summed in two f64 registers of 4 lanes; `s` is not written.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C (the token proves it). Any length of `s`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn sum_exp(_: Avx2, s: &[f32], m: f32) -> f64 {
+    let mv = _mm256_set1_ps(m);
+    let (mut lo, mut hi) = (_mm256_setzero_pd(), _mm256_setzero_pd());
+    let mut add = |x: __m256| {
+        let e = exp8(_mm256_sub_ps(x, mv));
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+    };
+    let mut chunks = s.chunks_exact(8);
+    // SAFETY: each chunk holds exactly 8 f32.
+    for c in &mut chunks {
+        add(_mm256_loadu_ps(c.as_ptr()));
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        // the tail through a padded vector (-inf gives 0), so every value sees one arithmetic
+        let mut t = [f32::NEG_INFINITY; 8];
+        t[..rest.len()].copy_from_slice(rest);
+        // SAFETY: `t` holds 8 f32.
+        add(_mm256_loadu_ps(t.as_ptr()));
+    }
+    let mut lanes = [0.0f64; 4];
+    // SAFETY: `lanes` holds 4 f64.
+    _mm256_storeu_pd(lanes.as_mut_ptr(), _mm256_add_pd(lo, hi));
+    (lanes[0] + lanes[1]) + (lanes[2] + lanes[3])
+}
+
 /// [`crate::attention::max_score`] on 8 lanes.
 ///
 /// # Safety

@@ -1,5 +1,5 @@
 //! `exp` and `max` over score vectors: [`fast_exp`] (one value, vectorizes), and
-//! [`exp_in_place`] / [`max_score`], which take 8 lanes at a time on AVX2 CPUs.
+//! [`exp_in_place`] / [`sum_exp`] / [`max_score`], which take 8 lanes at a time on AVX2 CPUs.
 //!
 //! The constants of the reduction (`exp_constants.rs`) are shared with the AVX2 and AVX-512
 //! kernels, so every path computes the same polynomial.
@@ -57,6 +57,19 @@ pub fn exp_in_place(s: &mut [f32], m: f32) -> f32 {
     }
     sum += acc.iter().sum::<f32>();
     sum
+}
+
+/// `sum_i exp(s_i - m)` in f64, the terms by [`fast_exp`] (the same polynomial on every path);
+/// `s` is left as it is. AVX2/FMA where the CPU has it (8 terms at a time, widened to f64);
+/// the log-sum-exp of the decisions ([`crate::lse::lse`]) sums its terms here.
+pub fn sum_exp(s: &[f32], m: f32) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(t) = Avx2::detect() {
+        // SAFETY: the token proves AVX2, FMA and F16C; the kernel reads `s` only, in whole
+        // chunks of 8 and the rest through a padded copy.
+        return unsafe { super::avx2::sum_exp(t, s, m) };
+    }
+    s.iter().map(|&x| fast_exp(x - m) as f64).sum()
 }
 
 /// `max(init, max_i s_i)`; NaN scores are skipped, as by `f32::max`.
@@ -117,6 +130,37 @@ mod tests {
         let mut z = [f32::NEG_INFINITY, 0.0, -1e30];
         exp_in_place(&mut z, 0.0);
         assert_eq!(z, [0.0, 1.0, 0.0]);
+    }
+
+    proptest::proptest! {
+        /// `sum_exp` is the f64 sum of the exact exponentials within the polynomial's 3e-7
+        /// relative error, leaves the scores as they were, and gives 0 for no scores or
+        /// scores of -inf.
+        #[test]
+        fn sum_exp_is_the_sum_of_the_exponentials(
+            s in proptest::collection::vec(-120.0f32..30.0, 0..300),
+            m in -10.0f32..40.0,
+        ) {
+            let before = s.clone();
+            let got = sum_exp(&s, m);
+            let want: f64 = s
+                .iter()
+                .map(|&x| x - m)
+                .filter(|&x| x >= -87.0)
+                .map(|x| (x as f64).exp())
+                .sum();
+            // terms below exp(-87) flush to 0: at most their count times exp(-87) apart
+            let floor = s.len() as f64 * (-87.0f64).exp();
+            proptest::prop_assert!((got - want).abs() <= 3e-7 * want + floor, "{got} vs {want}");
+            proptest::prop_assert_eq!(s, before);
+        }
+    }
+
+    #[test]
+    fn sum_exp_of_nothing_and_of_minus_infinity_is_zero() {
+        assert_eq!(sum_exp(&[], 0.0), 0.0);
+        assert_eq!(sum_exp(&[f32::NEG_INFINITY; 13], 0.0), 0.0);
+        assert_eq!(sum_exp(&[0.0; 9], 0.0), 9.0);
     }
 
     #[test]

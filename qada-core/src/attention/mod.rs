@@ -52,7 +52,7 @@ mod test_noise;
 
 pub use column_masses::column_page_masses;
 pub use elem::Elem;
-pub use exp::{exp_in_place, fast_exp, max_score};
+pub use exp::{exp_in_place, fast_exp, max_score, sum_exp};
 pub use matmul::gemm_strided;
 pub use portable::dot;
 pub use prefill::{prefill_attention, PrefillHead, PrefillShape, TILE as PREFILL_TILE};
