@@ -55,9 +55,10 @@ pub struct PhaseTimes {
     pub local: f64,
     /// Phase 2: the criterion's decisions and, for a selecting criterion, its page choice.
     pub decide: f64,
-    /// Part of phase 2: the criterion's own work, the slowest group's `select_group` where
-    /// the groups run in parallel (their sum where they run in turn). The rest of `decide` is
-    /// handing the groups to the threads and waiting for the last.
+    /// Part of phase 2: the criterion's own work, the slowest thread's `select_group` calls
+    /// (one task a thread, of consecutive groups) where the groups run in parallel (their sum
+    /// where they run in turn). The rest of `decide` is handing the tasks to the threads and
+    /// waiting for the last.
     pub select: f64,
     /// Phase 3: the bulk rows the long heads read.
     pub bulk: f64,

@@ -519,7 +519,8 @@ impl LayerScratch {
     /// Phase 2: decide, group by group (the criterion may decide a group as one: see
     /// `Grouped`), and say what each group reads of its bulk. Selecting pages scans a
     /// summary per page: worth a core per group on long bulks. Returns the seconds spent in
-    /// the criterion: the slowest group's where the groups run in parallel, else their sum.
+    /// the criterion: the slowest thread's (its groups' sum) where the groups run in
+    /// parallel, else the groups' sum.
     fn decide<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
         &mut self,
         Shape {
@@ -580,7 +581,7 @@ impl LayerScratch {
         let timed = |g: usize, out: &mut [Decision], sel: &mut PageSelection, read: &mut _| {
             let t0 = Instant::now();
             *read = decide(g, out, sel)?;
-            Ok(t0.elapsed().as_secs_f64())
+            Ok::<f64, CoreError>(t0.elapsed().as_secs_f64())
         };
         // a page choice grows with the bulk; the clusters' quadratic forms (`k` matrices of
         // `d (d + 1) / 2` values a group, read from memory at every step) do not, and are
@@ -589,12 +590,24 @@ impl LayerScratch {
         let parallel = (bulk >= PARALLEL_SELECTION && summaries.page.is_some())
             || (bulk > 0 && summaries.clusters.is_some_and(|k| k > 1));
         if n_kv > 1 && parallel {
+            // one task a thread, of consecutive groups: with more groups than threads (SmolLM2's
+            // three on two cores) the stepping thread decides two in a row while the other
+            // thread decides the third, instead of a third task that one of them must wait
+            // to take (rayon's stealing left 20-100 us idle before it, per layer)
+            let per = n_kv.div_ceil(rayon::current_num_threads().max(1));
             decisions
-                .par_chunks_mut(group)
-                .zip(sels.par_iter_mut())
-                .zip(reads_of.par_iter_mut())
+                .par_chunks_mut(group * per)
+                .zip(sels.par_chunks_mut(per))
+                .zip(reads_of.par_chunks_mut(per))
                 .enumerate()
-                .map(|(g, ((out, sel), read))| timed(g, out, sel, read))
+                .map(|(t, ((outs, sels), reads))| {
+                    let groups = outs.chunks_mut(group).zip(sels).zip(reads);
+                    let mut total = 0.0;
+                    for (i, ((out, sel), read)) in groups.enumerate() {
+                        total += timed(t * per + i, out, sel, read)?;
+                    }
+                    Ok(total)
+                })
                 .try_reduce(|| 0.0, |a, b| Ok(a.max(b)))
         } else {
             let groups = decisions
