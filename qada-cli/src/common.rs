@@ -427,6 +427,20 @@ impl CriterionArgs {
                  them out, or use --criterion instead of --setting",
             );
         }
+        // a context too short for the setting's criterion ever to decide (no bulk behind the
+        // window, or shorter than where it starts): dense, which is what it would do there,
+        // rather than refusing a page or a threshold the user did not choose
+        let ctx = model.config().context_length;
+        if setting.criterion != "dense"
+            && (ctx <= setting.local || setting.dense_below.is_some_and(|n| n > ctx))
+        {
+            self.criterion = Some("dense".into());
+            return Ok(Some(format!(
+                "setting: dense ({source}: {} never decides in a context of {ctx} tokens); \
+                 --criterion chooses another",
+                setting.describe()
+            )));
+        }
         self.criterion = Some(setting.criterion.clone());
         self.tau = setting.tau;
         self.group = setting

@@ -501,6 +501,13 @@ fn ctx_lowers_the_context_length_and_never_raises_it() {
         "{}",
         stderr(&o)
     );
+    // the shipped setting's pages and threshold do not fit 8 tokens: it never decides there,
+    // so the run is dense and says why
+    assert!(
+        stderr(&o).contains("never decides in a context of 8 tokens"),
+        "{}",
+        stderr(&o)
+    );
     let o = qada(&["generate", "--model", m, "--ctx", "9000", "hi"]);
     assert_clean_failure(&o, "--ctx 9000: must be in 1..=8192");
     let o = qada(&["generate", "--model", m, "--ctx", "0", "hi"]);
