@@ -104,7 +104,7 @@ impl KeyDistribution for FactoredMoments {
                 found: q.len(),
             });
         }
-        Ok(q.iter().zip(&self.mean).map(|(&a, &b)| a as f64 * b).sum())
+        Ok(crate::moments::dot_f64(q, &self.mean))
     }
     fn quad_form(&self, q: &[f32]) -> Result<f64> {
         if q.len() != self.dim {

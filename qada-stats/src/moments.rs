@@ -320,25 +320,10 @@ impl KeyMoments {
         Array2::from_shape_vec((d, d), self.covariance()).expect("covariance() is d x d")
     }
 
-    /// `q . mu` in f64, in eight partial sums (lane `j mod 8`, so that the loop vectorizes)
-    /// added in pairs.
+    /// `q . mu` in f64 ([`dot_f64`]).
     pub fn mean_dot(&self, q: &[f32]) -> Result<f64> {
         self.check_dim(q.len())?;
-        let mut lanes = [0.0f64; 8];
-        let (qc, mc) = (q.chunks_exact(8), self.mean.chunks_exact(8));
-        let tail: f64 = qc
-            .remainder()
-            .iter()
-            .zip(mc.remainder())
-            .map(|(&a, &b)| a as f64 * b)
-            .sum();
-        for (q, m) in qc.zip(mc) {
-            for k in 0..8 {
-                lanes[k] += q[k] as f64 * m[k];
-            }
-        }
-        let [a, b, c, d, e, f, g, h] = lanes;
-        Ok((((a + e) + (b + f)) + ((c + g) + (d + h))) + tail)
+        Ok(dot_f64(q, &self.mean))
     }
 
     /// `q^T Sigma q` in f64 from the packed upper triangle: `O(d^2 / 2)` (the batch kernel of
@@ -399,6 +384,27 @@ impl KeyMoments {
         }
         Ok(())
     }
+}
+
+/// `q . m` in f64 over the shorter length, in eight partial sums (lane `j mod 8`, so that the
+/// loop vectorizes) added in pairs: the `q . mu` of every key distribution, so that a mean
+/// gives the same bits whichever form keeps it.
+pub(crate) fn dot_f64(q: &[f32], m: &[f64]) -> f64 {
+    let mut lanes = [0.0f64; 8];
+    let (qc, mc) = (q.chunks_exact(8), m.chunks_exact(8));
+    let tail: f64 = qc
+        .remainder()
+        .iter()
+        .zip(mc.remainder())
+        .map(|(&a, &b)| a as f64 * b)
+        .sum();
+    for (q, m) in qc.zip(mc) {
+        for k in 0..8 {
+            lanes[k] += q[k] as f64 * m[k];
+        }
+    }
+    let [a, b, c, d, e, f, g, h] = lanes;
+    (((a + e) + (b + f)) + ((c + g) + (d + h))) + tail
 }
 
 /// Head dimensions up to this use stack scratch in the per-token paths (no allocation).

@@ -243,17 +243,18 @@ mod avx512 {
         let (qs, out) = (&qs[..H * d], &mut out[..H]);
         // lane 0 of a row's first chunk is its diagonal, counted once where the rest count twice
         let half_first = _mm512_setr_pd(0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0);
+        // lanes below `left` set (all eight from 8 on)
+        let mask_of = |left: usize| -> __mmask8 {
+            if left >= 8 {
+                0xff
+            } else {
+                (1u8 << left) - 1
+            }
+        };
         let mut acc = [_mm512_setzero_pd(); H];
         for (i, r) in packed::rows(d) {
             let row = &m[r];
             let n = row.len();
-            let mask_of = |left: usize| -> __mmask8 {
-                if left >= 8 {
-                    0xff
-                } else {
-                    (1u8 << left) - 1
-                }
-            };
             // the first chunk, from the diagonal (n >= 1): products, not sums
             let first = mask_of(n);
             // SAFETY: `row` holds n >= 1 values; the mask enables lanes 0 .. min(8, n) only,
