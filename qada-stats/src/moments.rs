@@ -320,7 +320,7 @@ impl KeyMoments {
         Array2::from_shape_vec((d, d), self.covariance()).expect("covariance() is d x d")
     }
 
-    /// `q . mu` in f64 ([`dot_f64`]).
+    /// `q . mu`, summed in f64 in eight lanes (the same order for every key distribution).
     pub fn mean_dot(&self, q: &[f32]) -> Result<f64> {
         self.check_dim(q.len())?;
         Ok(dot_f64(q, &self.mean))
