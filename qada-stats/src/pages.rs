@@ -229,6 +229,18 @@ impl PageBounds {
                 found: key.len(),
             });
         }
+        self.push_bounds(key);
+        if let Some(c) = &mut self.channel_keys {
+            c.push(key)?;
+        }
+        self.derive_last_page();
+        Ok(())
+    }
+
+    /// Add one key (of length `dim`) to the bounds and sums, not to the keys by channel;
+    /// the page's f16 rows are left to [`PageBounds::derive_last_page`], which the caller
+    /// runs before the next page opens and before returning.
+    fn push_bounds(&mut self, key: &[f32]) {
         if self.rows.is_multiple_of(self.page) {
             self.min.extend_from_slice(key);
             self.max.extend_from_slice(key);
@@ -252,23 +264,17 @@ impl PageBounds {
             }
         }
         self.rows += 1;
-        self.refresh_last_page(key);
-        if let Some(c) = &mut self.channel_keys {
-            c.push(key)?;
-        }
-        Ok(())
+        self.accumulate_sums(key);
     }
 
-    /// After `key` joined the last page: its sums, then its center, radius, mean and
-    /// variance (`E[k^2] - E[k]^2` from the f64 sums, never below 0).
-    fn refresh_last_page(&mut self, key: &[f32]) {
+    /// The last page's center, radius, mean and variance (`E[k^2] - E[k]^2` from the f64
+    /// sums, never below 0) in f16, from its bounds and sums: a function of the page's keys
+    /// alone, so deriving them once after a run of keys gives what deriving them after each
+    /// key gives.
+    fn derive_last_page(&mut self) {
         let at = self.min.len() - self.dim;
         let n = self.page_len(self.n_pages() - 1) as f64;
-        let mut abs_max = self.abs_max[self.abs_max.len() - 1];
-        for (j, &kf) in key.iter().enumerate().take(self.dim) {
-            let k = kf as f64;
-            self.sum[j] += k;
-            self.sum_sq[j] += k * k;
+        for j in 0..self.dim {
             let (lo, hi) = (self.min[at + j], self.max[at + j]);
             self.center[at + j] = f16::from_f32(0.5 * lo + 0.5 * hi);
             self.radius[at + j] = f16::from_f32(0.5 * hi - 0.5 * lo);
@@ -276,19 +282,34 @@ impl PageBounds {
             self.mean[at + j] = f16::from_f64(mean);
             let var = self.sum_sq[j] / n - mean * mean;
             self.var[at + j] = f16::from_f64(if var > 0.0 || var.is_nan() { var } else { 0.0 });
-            let a = kf.abs();
-            abs_max = if a > abs_max || a.is_nan() {
-                a
-            } else {
-                abs_max
-            };
-            // NaN-propagating, as the pages' bounds
-            let (lo, hi) = (&mut self.channel_min[j], &mut self.channel_max[j]);
-            *lo = if kf < *lo || kf.is_nan() { kf } else { *lo };
-            *hi = if kf > *hi || kf.is_nan() { kf } else { *hi };
         }
+    }
+
+    /// `key`'s share of the last page's f64 sums, its largest `|k_j|` and the channels'
+    /// ranges.
+    fn accumulate_sums(&mut self, key: &[f32]) {
+        // three loops a compiler can vectorize (one with the NaN-sticky fold could not)
+        for ((s, s2), &kf) in self.sum.iter_mut().zip(&mut self.sum_sq).zip(key) {
+            let k = kf as f64;
+            *s += k;
+            *s2 += k * k;
+        }
+        // NaN-propagating, as the pages' bounds
+        let ranges = self.channel_min.iter_mut().zip(&mut self.channel_max);
+        for ((lo, hi), &k) in ranges.zip(key) {
+            *lo = if k < *lo || k.is_nan() { k } else { *lo };
+            *hi = if k > *hi || k.is_nan() { k } else { *hi };
+        }
+        // the largest |k_j|, NaN for good once a key had a NaN
         if let Some(last) = self.abs_max.last_mut() {
-            *last = abs_max;
+            let a = key.iter().fold(0.0f32, |m, &k| m.max(k.abs()));
+            if !last.is_nan() {
+                *last = if key.iter().any(|k| k.is_nan()) {
+                    f32::NAN
+                } else {
+                    last.max(a)
+                };
+            }
         }
     }
 
@@ -308,18 +329,36 @@ impl PageBounds {
                 found: d,
             });
         }
-        // stack scratch up to d = 256 (a decoding step adds a key without allocating)
-        let mut stack = [0.0f32; 256];
+        // runs of rows within a page, converted on the stack (a decoding step adds a key
+        // without allocating); a page's f16 rows are derived once, when it closes or the
+        // run of keys ends, and the keys by channel coded once a run (a fifth and most of the
+        // work of a key when done at each)
+        let mut stack = [0.0f32; 4096];
         let mut heap = Vec::new();
-        let row: &mut [f32] = if d <= stack.len() {
-            &mut stack[..d]
+        let buf: &mut [f32] = if d <= stack.len() {
+            &mut stack
         } else {
             heap.resize(d, 0.0);
             &mut heap
         };
-        for i in 0..keys.n_rows(d) {
-            keys.row_f32(i, row);
-            self.push(row)?;
+        let (cap, n) = (buf.len() / d, keys.n_rows(d));
+        let mut i = 0;
+        while i < n {
+            let take = (self.page - self.rows % self.page).min(cap).min(n - i);
+            let run = &mut buf[..take * d];
+            for (r, row) in run.chunks_exact_mut(d).enumerate() {
+                keys.row_f32(i + r, row);
+            }
+            for row in run.chunks_exact(d) {
+                self.push_bounds(row);
+            }
+            if let Some(c) = &mut self.channel_keys {
+                c.push_rows(run)?;
+            }
+            i += take;
+            if self.rows.is_multiple_of(self.page) || i == n {
+                self.derive_last_page();
+            }
         }
         Ok(())
     }

@@ -123,16 +123,29 @@ proptest! {
         }
     }
 
-    /// One key at a time, or all rows at once, or as f16 rows converted as attention reads
-    /// them: the same bounds.
+    /// One key at a time, or the rows in two runs split anywhere (a run derives a page's
+    /// f16 rows once, when it closes or the run ends), or as f16 rows converted as attention
+    /// reads them: the same bounds, with or without the keys by channel.
     #[test]
-    fn pushing_rows_one_by_one_or_at_once_is_the_same((d, keys, _q) in keys_and_query(), page in 1usize..20) {
-        let mut one = PageBounds::new(d, page).unwrap();
+    fn pushing_rows_one_by_one_or_at_once_is_the_same(
+        (d, keys, _q) in keys_and_query(), page in 1usize..20, split in 0.0f64..1.0,
+        by_channel: bool,
+    ) {
+        let empty = || {
+            let mut b = PageBounds::new(d, page).unwrap();
+            if by_channel {
+                b.keep_channel_keys().unwrap();
+            }
+            b
+        };
+        let mut one = empty();
         for k in keys.chunks_exact(d) {
             one.push(k).unwrap();
         }
-        let mut all = PageBounds::new(d, page).unwrap();
-        all.push_rows_of(Rows::F32(&keys)).unwrap();
+        let at = (split * (keys.len() / d) as f64) as usize * d;
+        let mut all = empty();
+        all.push_rows_of(Rows::F32(&keys[..at])).unwrap();
+        all.push_rows_of(Rows::F32(&keys[at..])).unwrap();
         prop_assert_eq!(&one, &all);
         let halves: Vec<f16> = keys.iter().map(|&k| f16::from_f32(k)).collect();
         let mut from_f16 = PageBounds::new(d, page).unwrap();
