@@ -124,12 +124,13 @@ impl<'a> HeadView<'a> {
         self.bulk
     }
     /// Page bounds of the bulk keys, when the cache keeps them
-    /// ([`KvCache::set_bulk_summaries`]).
+    /// ([`KvCache::set_bulk_summaries`]) and they are current (the layer holds at least
+    /// their `from_context` keys).
     pub fn bulk_pages(&self) -> Option<&'a PageBounds> {
         self.pages
     }
-    /// Cluster moments of the bulk keys, when the cache keeps them (empty until the end of
-    /// prefill).
+    /// Cluster moments of the bulk keys, when the cache keeps them and they are current, as
+    /// the pages (empty until the end of prefill).
     pub fn bulk_clusters(&self) -> Option<&'a ClusterMoments> {
         self.clusters
     }
@@ -171,6 +172,8 @@ impl<'a> LayerView<'a> {
             shape.n_kv_heads
         );
         let s = c.head_store(self.layer, kv_head);
+        // summaries kept from a longer context on are not current yet: hidden
+        let current = c.is_summarized(self.layer);
         HeadView {
             keys: s.keys.rows(),
             values: s.values.rows(),
@@ -181,8 +184,8 @@ impl<'a> LayerView<'a> {
             window: c.window,
             bulk: &s.bulk,
             factored: s.factored.as_ref(),
-            pages: s.pages.as_ref(),
-            clusters: s.clusters.as_ref(),
+            pages: s.pages.as_ref().filter(|_| current),
+            clusters: s.clusters.as_ref().filter(|_| current),
         }
     }
 }

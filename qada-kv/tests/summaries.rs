@@ -95,6 +95,11 @@ fn check(c: &KvCache, want: BulkSummaries, prefill_done: bool) -> Result<(), Tes
                 prop_assert!(v.bulk_pages().is_none() && v.bulk_clusters().is_none());
                 continue;
             }
+            if c.len(layer) < want.from_context {
+                // kept from a longer context on: not current, so not shown
+                prop_assert!(v.bulk_pages().is_none() && v.bulk_clusters().is_none());
+                continue;
+            }
             let bulk = v.bulk();
             let n = bulk.len(v.dim());
             match (want.page, v.bulk_pages()) {
@@ -158,14 +163,24 @@ fn moments_close(a: &KeyMoments, b: &KeyMoments) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// Summaries from the first key (half the cases) or from a context of up to 100 keys on
+/// (reached during prefill, during decoding, or never).
 fn wanted() -> impl Strategy<Value = BulkSummaries> {
-    (prop::option::of(1usize..12), prop::option::of(1usize..5)).prop_map(|(page, clusters)| {
-        BulkSummaries {
+    (
+        prop::option::of(1usize..12),
+        prop::option::of(1usize..5),
+        prop_oneof![Just(0usize), 1usize..100],
+    )
+        .prop_map(|(page, clusters, from)| BulkSummaries {
             page,
             clusters,
             channel_keys: page.is_some(),
-        }
-    })
+            from_context: if page.is_some() || clusters.is_some() {
+                from
+            } else {
+                0
+            },
+        })
 }
 
 proptest! {
@@ -246,7 +261,12 @@ proptest! {
     ) {
         let (dtype, d) = dtype_and_dim(which);
         let mut c = cache(dtype, d, 1, sink, sink + extra, false, false);
-        let want = BulkSummaries { page: Some(page), clusters: Some(k), channel_keys: true };
+        let want = BulkSummaries {
+            page: Some(page),
+            clusters: Some(k),
+            channel_keys: true,
+            from_context: 0,
+        };
         c.set_bulk_summaries(want).unwrap();
         append(&mut c, prompt, 0.0);
         c.finish_prefill().unwrap();
@@ -257,7 +277,7 @@ proptest! {
         c.set_bulk_summaries(want).unwrap();
         prop_assert_eq!(summaries(&c), before);
 
-        let other = BulkSummaries { page: Some(page + 1), clusters: Some(k), channel_keys: true };
+        let other = BulkSummaries { page: Some(page + 1), ..want };
         c.set_bulk_summaries(other).unwrap();
         check(&c, other, true)?;
         for layer in 0..2 {
@@ -278,6 +298,7 @@ fn sliding_layers_keep_no_summaries_and_clear_empties_them() {
         page: Some(4),
         clusters: Some(2),
         channel_keys: true,
+        from_context: 0,
     })
     .unwrap();
     append(&mut c, 40, 0.0);

@@ -170,6 +170,7 @@ impl LocalityCriterion for Bound {
             page: Some(self.page),
             clusters: None,
             channel_keys: false,
+            from_context: 0,
         }
     }
 }

@@ -74,10 +74,17 @@ impl<C: LocalityCriterion> LocalityCriterion for DenseBelow<C> {
             self.inner.decision_cost(d, bulk_len, context)
         }
     }
-    /// The inner criterion's: the summaries must be current when the context reaches the
-    /// threshold.
+    /// The inner criterion's, kept from the threshold on: current when the context reaches
+    /// it, and nothing to keep up before.
     fn bulk_summaries(&self) -> BulkSummaries {
-        self.inner.bulk_summaries()
+        let s = self.inner.bulk_summaries();
+        match s.asks() {
+            true => BulkSummaries {
+                from_context: s.from_context.max(self.min_context),
+                ..s
+            },
+            false => s,
+        }
     }
     fn tau(&self) -> Option<Tau> {
         self.inner.tau()
@@ -168,5 +175,22 @@ mod tests {
             Box::new(crate::Grouped::new(c, crate::GroupMode::All));
         assert_eq!(boxed.decision_cost(d, bulk, 999), DecisionCost::default());
         assert_eq!(boxed.decision_cost(d, bulk, 1000), inner);
+    }
+
+    #[test]
+    fn the_summaries_are_kept_from_the_threshold_on() {
+        let bound = crate::Bound::new(0.9, 32).unwrap();
+        let c = DenseBelow::new(bound, 1000).unwrap();
+        let want = BulkSummaries {
+            from_context: 1000,
+            ..bound.bulk_summaries()
+        };
+        assert_eq!(c.bulk_summaries(), want);
+        // nested: the longer threshold
+        let nested = DenseBelow::new(DenseBelow::new(bound, 2000).unwrap(), 1000).unwrap();
+        assert_eq!(nested.bulk_summaries().from_context, 2000);
+        // a criterion that reads no summary asks for none, from no context
+        let window = DenseBelow::new(Window, 1000).unwrap();
+        assert_eq!(window.bulk_summaries(), BulkSummaries::default());
     }
 }

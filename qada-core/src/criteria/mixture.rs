@@ -145,6 +145,7 @@ impl LocalityCriterion for Mixture {
             page: None,
             clusters: Some(self.k),
             channel_keys: false,
+            from_context: 0,
         }
     }
 }
