@@ -241,14 +241,15 @@ fn calibrate_tau_writes_a_setting_that_generate_takes() {
 }
 
 /// `--dense-below N`: dense while the context is shorter than N tokens, the criterion from
-/// N on; a threshold past the model's context is refused.
+/// N on; a threshold past the model's context is refused. A criterion that reads page
+/// summaries gets them from N on, also when N is reached during decoding.
 #[test]
 fn generate_is_dense_below_the_threshold_and_the_criterion_from_it() {
     let m = model();
     let m = m.to_str().unwrap();
-    // about 300 tokens: a bulk behind the window of 128
+    // 276 tokens: a bulk behind the window of 128
     let prompt = "The committee met again on Tuesday to discuss the budget. ".repeat(25);
-    let run = |extra: &[&str]| {
+    let with = |criterion: &str, new_tokens: &str, extra: &[&str]| {
         let mut args = vec![
             "generate",
             "--model",
@@ -257,17 +258,39 @@ fn generate_is_dense_below_the_threshold_and_the_criterion_from_it() {
             "-p",
             &prompt,
             "--max-new-tokens",
-            "2",
+            new_tokens,
             "--json",
             "--criterion",
-            "window",
+            criterion,
         ];
         args.extend_from_slice(extra);
         let o = qada(&args);
         assert!(o.status.success(), "{}", stderr(&o));
         serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
     };
+    let run = |extra: &[&str]| with("window", "2", extra);
     let sparsity = |v: &serde_json::Value| v["sparsity"].as_f64().unwrap();
+    let bytes = |v: &serde_json::Value| v["kv_bytes_ratio"].as_f64().unwrap();
+    // the page choice from the first step, from the fourth (the summaries caught up when
+    // the context reaches 280 tokens), and never: dense's bytes for the steps before
+    let channels = ["--tau", "0.9", "--page", "16"];
+    let from_start = with("channels", "8", &channels);
+    let crossing = with(
+        "channels",
+        "8",
+        &[&channels[..], &["--dense-below", "280"]].concat(),
+    );
+    let never = with(
+        "channels",
+        "8",
+        &[&channels[..], &["--dense-below", "4096"]].concat(),
+    );
+    assert!(bytes(&from_start) < 1.0, "{from_start}");
+    assert!(
+        bytes(&from_start) < bytes(&crossing) && bytes(&crossing) < 1.0,
+        "{from_start}\n{crossing}"
+    );
+    assert_eq!(bytes(&never), 1.0, "{never}");
     let window = run(&[]);
     assert!(sparsity(&window) > 0.99, "{window}");
     let short = run(&["--dense-below", "4096"]);
