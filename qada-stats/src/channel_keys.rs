@@ -128,34 +128,8 @@ impl ChannelKeys {
                 found: key.len(),
             });
         }
-        let (d, at) = (self.dim(), self.rows % self.page);
-        let page_start = self.rows - at;
-        if at == 0 {
-            self.scales.resize(self.scales.len() + d, 0.0);
-            self.open_max.fill(0.0);
-        }
-        self.open[at * d..(at + 1) * d].copy_from_slice(key);
-        let scales = &mut self.scales[page_start / self.page * d..];
-        for (j, ((&k, codes), max)) in key
-            .iter()
-            .zip(&mut self.codes)
-            .zip(&mut self.open_max)
-            .enumerate()
-        {
-            let a = k.abs();
-            if a > *max || (a.is_nan() && !max.is_nan()) {
-                // a new maximum (or the first NaN): a new scale, the page's codes redone
-                *max = a;
-                let s = a / CODE_MAX;
-                scales[j] = s;
-                codes.truncate(page_start);
-                let open = self.open[j..(at + 1) * d].iter().step_by(d);
-                codes.extend(open.map(|&x| code(x, s)));
-            } else {
-                codes.push(code(k, scales[j]));
-            }
-        }
-        self.rows += 1;
+        // a run of one key (its page opened if it is the first)
+        self.push_run(key);
         Ok(())
     }
 

@@ -229,12 +229,8 @@ impl PageBounds {
                 found: key.len(),
             });
         }
-        self.push_bounds(key);
-        if let Some(c) = &mut self.channel_keys {
-            c.push(key)?;
-        }
-        self.derive_last_page();
-        Ok(())
+        // a run of one key
+        self.push_rows_of(Rows::F32(key))
     }
 
     /// Add one key (of length `dim`) to the bounds and sums, not to the keys by channel;
@@ -329,19 +325,20 @@ impl PageBounds {
                 found: d,
             });
         }
-        // runs of rows within a page, converted on the stack (a decoding step adds a key
-        // without allocating); a page's f16 rows are derived once, when it closes or the
-        // run of keys ends, and the keys by channel coded once a run (a fifth and most of the
-        // work of a key when done at each)
-        let mut stack = [0.0f32; 4096];
+        // runs of rows within a page, converted into scratch: one key (a decoding step) on
+        // the stack, without allocating; more into a buffer of up to a page. A page's f16 rows
+        // are derived once, when it closes or the run of keys ends, and the keys by channel
+        // coded once a run.
+        let n = keys.n_rows(d);
+        let mut stack = [0.0f32; 256];
         let mut heap = Vec::new();
-        let buf: &mut [f32] = if d <= stack.len() {
+        let buf: &mut [f32] = if n * d <= stack.len() {
             &mut stack
         } else {
-            heap.resize(d, 0.0);
+            heap.resize(n.min(self.page).max(1) * d, 0.0);
             &mut heap
         };
-        let (cap, n) = (buf.len() / d, keys.n_rows(d));
+        let cap = buf.len() / d;
         let mut i = 0;
         while i < n {
             let take = (self.page - self.rows % self.page).min(cap).min(n - i);
