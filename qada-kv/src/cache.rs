@@ -349,7 +349,7 @@ impl KvCache {
         if self.follows_bulk() {
             self.fold_layer(layer)?;
         }
-        self.summarize_layer(layer)
+        self.summarize_layer(layer, n)
     }
 
     /// Storage of one (layer, KV head), both already checked to be in range.

@@ -8,13 +8,42 @@
 //! them). Sliding layers have no bulk and keep none.
 //!
 //! A criterion that reads them only from some context length on
-//! ([`BulkSummaries::from_context`]) gets them empty, and hidden from the views, while a layer
-//! is shorter: the layer catches them up from its bulk rows when it reaches that length
-//! (`O(T d)` once, clusters fitted by k-means), so a short context pays nothing for them.
+//! ([`BulkSummaries::from_context`]) gets them hidden from the views while a layer is shorter,
+//! and a context shorter than the threshold's last quarter pays nothing for them. From
+//! `start = from_context - from_context / 4` on the layer builds its page bounds ahead of
+//! use ([`lead_start`]): an append of several tokens (prefill) catches up the whole bulk in
+//! one run, and a single decoded token adds whole pages on a linear schedule that completes
+//! the bulk at `from_context` ([`lead_due`]: about four keys a step, a page every eight
+//! steps), so no step pays the `O(T d)` catch-up at once. Clusters are fitted by k-means on the whole
+//! bulk, so with clusters asked for the layer starts at `from_context` itself and catches up
+//! there in one step.
 
 use qada_stats::{BulkSummaries, ClusterMoments, PageBounds};
 
 use crate::{KvCache, LayerSpan, Result};
+
+/// The context length from which a layer builds the summaries `want` asks for:
+/// `from_context - from_context / 4` (the lead), or `from_context` itself when clusters are
+/// asked for (k-means fits them on the whole bulk at once).
+pub(crate) fn lead_start(want: BulkSummaries) -> usize {
+    match want.clusters {
+        Some(_) => want.from_context,
+        None => want.from_context - want.from_context / 4,
+    }
+}
+
+/// Bulk keys a layer of length `len` within the lead (`lead_start(want) <= len <
+/// from_context`) should have summarized: a linear schedule that reaches the `bulk` keys the
+/// layer will hold at `from_context` there,
+/// `floor(bulk (len - start) / (from_context - start))`, rounded down to whole pages (a page's
+/// rows are derived once, when it closes).
+pub(crate) fn lead_due(want: BulkSummaries, len: usize, bulk: usize) -> usize {
+    let start = lead_start(want);
+    debug_assert!(start <= len && len < want.from_context);
+    let page = want.page.unwrap_or(1).max(1);
+    let due = bulk as u128 * (len - start) as u128 / (want.from_context - start) as u128;
+    (due as usize) / page * page
+}
 
 impl KvCache {
     /// The summaries kept (none unless [`KvCache::set_bulk_summaries`] asked for some).
@@ -46,8 +75,8 @@ impl KvCache {
             if self.spans[layer] != LayerSpan::Full {
                 continue;
             }
-            // a layer shorter than `from_context` keeps them empty until it reaches it
-            let bulk = match self.lens[layer] < want.from_context {
+            // a layer shorter than the lead's start keeps them empty until it reaches it
+            let bulk = match self.lens[layer] < lead_start(want) {
                 true => 0..0,
                 false => self.window.split(self.lens[layer]).bulk,
             };
@@ -78,22 +107,37 @@ impl KvCache {
     }
 
     /// Add the keys of `layer` that joined the bulk since the last call to its summaries
-    /// (clusters only after prefill: until then they are fitted at its end), or none while
-    /// the layer is shorter than `from_context`. The first call from that length on catches
-    /// up the whole bulk, and fits the clusters on it when prefill is over.
-    pub(crate) fn summarize_layer(&mut self, layer: usize) -> Result<()> {
-        if !self.is_summarized(layer) {
+    /// (clusters only after prefill: until then they are fitted at its end), after an append
+    /// of `appended` tokens; none while the layer is shorter than [`lead_start`]. From there
+    /// to `from_context`, a single token adds the whole pages [`lead_due`] asks for and an append
+    /// of several catches up the whole bulk; from `from_context` on every call does. The first
+    /// call that reaches `from_context` with clusters asked for fits them on the whole bulk
+    /// when prefill is over.
+    pub(crate) fn summarize_layer(&mut self, layer: usize, appended: usize) -> Result<()> {
+        let want = self.summaries;
+        let len = self.lens[layer];
+        if !want.asks() || self.spans[layer] != LayerSpan::Full || len < lead_start(want) {
             return Ok(());
         }
         let (nh, d) = (self.shape.n_kv_heads, self.shape.head_dim);
-        let bulk = self.window.split(self.lens[layer]).bulk;
+        let bulk = self.window.split(len).bulk;
         let prefill_done = self.prefill_done;
+        let all = appended > 1 || len >= want.from_context;
+        // the bulk keys the layer holds when it reaches `from_context`
+        let at_threshold = self.window.split(want.from_context).bulk.len();
         for store in &mut self.heads[layer * nh..(layer + 1) * nh] {
             let from = bulk.start + store.summarized;
             if bulk.end <= from {
                 continue;
             }
-            let rows = store.keys.rows().slice(from, bulk.end, d);
+            let to = match all {
+                true => bulk.end,
+                false => (bulk.start + lead_due(want, len, at_threshold)).clamp(from, bulk.end),
+            };
+            if to == from {
+                continue;
+            }
+            let rows = store.keys.rows().slice(from, to, d);
             if let Some(p) = &mut store.pages {
                 p.push_rows_of(rows)?;
             }
@@ -103,7 +147,7 @@ impl KvCache {
                 (Some(c), true) => c.push_rows_of(rows)?,
                 _ => {}
             }
-            store.summarized = bulk.end - bulk.start;
+            store.summarized = to - bulk.start;
         }
         Ok(())
     }
@@ -205,5 +249,90 @@ mod tests {
             .push_rows_of(c.head(0, 0).unwrap().bulk().keys.slice(34, 35, 4))
             .unwrap();
         assert_eq!(c.head(0, 0).unwrap().bulk_clusters(), Some(&fitted));
+    }
+
+    /// Pages only: from the lead's start (30 of 40) single tokens add whole pages on the
+    /// schedule, never a catch-up of the whole bulk in one step, and the step that reaches
+    /// `from_context` leaves the pages equal to pages built from the bulk at once.
+    #[test]
+    fn pages_are_built_ahead_of_from_context_a_page_at_a_time() {
+        let mut c = cache();
+        let want = BulkSummaries {
+            page: Some(4),
+            clusters: None,
+            channel_keys: true,
+            from_context: 40,
+        };
+        assert_eq!(lead_start(want), 30);
+        c.set_bulk_summaries(want).unwrap();
+        append(&mut c, 20);
+        c.finish_prefill().unwrap();
+        let mut last = 0;
+        while c.len(0) < 39 {
+            append(&mut c, 1);
+            let done = c.heads[0].summarized;
+            if c.len(0) < 30 {
+                assert_eq!(done, 0, "before the lead, at {}", c.len(0));
+            }
+            assert!(
+                done.is_multiple_of(4) && done >= last && done - last <= 4,
+                "{last} -> {done}"
+            );
+            assert!(c.head(0, 0).unwrap().bulk_pages().is_none());
+            last = done;
+        }
+        // the lead did the work: the step that reaches 40 adds at most a page and a step's
+        // share (34 bulk keys over the 10 steps of the lead)
+        assert!(last + 4 + 4 >= 40 - 6, "{last}");
+        append(&mut c, 1);
+        let v = c.head(0, 0).unwrap();
+        let mut pages = PageBounds::new(4, 4).unwrap();
+        pages.keep_channel_keys().unwrap();
+        pages.push_rows_of(v.bulk().keys).unwrap();
+        assert_eq!(v.bulk_pages(), Some(&pages));
+    }
+
+    /// An append of several tokens within the lead (prefill) catches up the whole bulk.
+    #[test]
+    fn a_prefill_that_ends_in_the_lead_summarizes_the_whole_bulk() {
+        let mut c = cache();
+        let want = BulkSummaries {
+            page: Some(4),
+            clusters: None,
+            channel_keys: false,
+            from_context: 40,
+        };
+        c.set_bulk_summaries(want).unwrap();
+        append(&mut c, 33);
+        assert_eq!(c.heads[0].summarized, 33 - 6);
+        assert!(c.head(0, 0).unwrap().bulk_pages().is_none());
+    }
+
+    proptest::proptest! {
+        /// The schedule starts at 0, never decreases, stays in whole pages and within the bulk
+        /// the layer holds, and reaches the bulk at `from_context` (its limit).
+        #[test]
+        fn the_lead_schedule_is_monotone_in_pages_and_ends_at_the_bulk(
+            from in 1usize..20_000, page in proptest::option::of(1usize..128),
+            local in 0usize..600,
+        ) {
+            let want = BulkSummaries { page, clusters: None, channel_keys: false, from_context: from };
+            let start = lead_start(want);
+            let bulk_at = |t: usize| t.saturating_sub(local);
+            let b = bulk_at(from);
+            let p = page.unwrap_or(1);
+            let mut last = 0;
+            for len in start..from {
+                let due = lead_due(want, len, b);
+                proptest::prop_assert!(due.is_multiple_of(p) && due >= last && due <= b);
+                if len == start {
+                    proptest::prop_assert_eq!(due, 0);
+                }
+                last = due;
+            }
+            // one step before the threshold at most a page and a step's share is left
+            let share = b.div_ceil((from - start).max(1));
+            proptest::prop_assert!(b - last <= p + share, "b {} last {}", b, last);
+        }
     }
 }

@@ -12,10 +12,11 @@ pub struct BulkSummaries {
     /// With the page bounds, a copy of the bulk keys by channel
     /// ([`crate::PageBounds::channel_keys`]).
     pub channel_keys: bool,
-    /// Kept from a context of this many keys on: a layer holding fewer keeps them empty and
-    /// catches them up when it reaches this length (0: from the first key). A criterion that
+    /// Kept from a context of this many keys on (0: from the first key): a layer holding
+    /// fewer shows none, and is current again when it reaches this length. A criterion that
     /// reads no summary on shorter contexts asks for its threshold here, so that a short
-    /// context pays nothing for summaries it never reads.
+    /// context pays nothing for summaries it never reads (a cache may build them somewhat
+    /// ahead, to spread the catch-up over the steps before the threshold).
     pub from_context: usize,
 }
 
