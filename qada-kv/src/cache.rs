@@ -88,6 +88,9 @@ pub struct KvCache {
     pub(crate) prefill_done: bool,
     /// What each full layer keeps about its bulk besides the moments.
     pub(crate) summaries: BulkSummaries,
+    /// Keys converted to f32 on their way into the page bounds, a page long once summaries
+    /// are asked for, so that adding a page while decoding allocates nothing.
+    pub(crate) scratch: Vec<f32>,
 }
 
 impl Clone for KvCache {
@@ -106,6 +109,7 @@ impl Clone for KvCache {
             moments_fixed: self.moments_fixed,
             prefill_done: self.prefill_done,
             summaries: self.summaries,
+            scratch: self.scratch.clone(),
         }
     }
 }
@@ -177,6 +181,7 @@ impl KvCache {
             moments_fixed: false,
             prefill_done: false,
             summaries: BulkSummaries::default(),
+            scratch: Vec::new(),
         };
         if let MomentsMode::Calibration { table, .. } = &cache.mode {
             cache.check_table(table)?;

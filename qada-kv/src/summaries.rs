@@ -67,6 +67,11 @@ impl KvCache {
     pub(crate) fn rebuild_summaries(&mut self) -> Result<()> {
         let (nh, d) = (self.shape.n_kv_heads, self.shape.head_dim);
         let want = self.summaries;
+        // a page of keys converted at a time: sized now, so decoding never grows it
+        if let Some(page) = want.page {
+            self.scratch
+                .resize(page.min(self.shape.capacity).max(1) * d, 0.0);
+        }
         for (i, store) in self.heads.iter_mut().enumerate() {
             let layer = i / nh;
             store.pages = None;
@@ -91,7 +96,7 @@ impl KvCache {
                 if page >= 8 {
                     p.reserve(self.shape.capacity);
                 }
-                p.push_rows_of(rows)?;
+                p.push_rows_with(rows, &mut self.scratch)?;
                 store.pages = Some(p);
             }
             if let Some(k) = want.clusters {
@@ -139,7 +144,7 @@ impl KvCache {
             }
             let rows = store.keys.rows().slice(from, to, d);
             if let Some(p) = &mut store.pages {
-                p.push_rows_of(rows)?;
+                p.push_rows_with(rows, &mut self.scratch)?;
             }
             match (&mut store.clusters, prefill_done) {
                 // caught up at `from_context` after prefill: fitted as at the end of prefill

@@ -13,7 +13,7 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use qada_core::{Approx, Dense, LocalityCriterion, Oracle, PageRule, Pages};
+use qada_core::{Approx, Dense, DenseBelow, LocalityCriterion, Oracle, PageRule, Pages};
 use qada_kv::{KvDtype, MomentsMode, WindowConfig};
 use qada_model::{LoadOptions, Model, Session, SessionOptions};
 
@@ -111,8 +111,9 @@ type MakeCriterion = fn() -> Box<dyn LocalityCriterion>;
 
 /// The counted steps take the bulk across a multiple of the 512-row chunks the bulk is split
 /// into (a new parallel task) and past page boundaries (pages of 16 and 32 keys), with every
-/// kind of criterion (page selection too) and cache type; on Gemma 3 too (sliding and global
-/// layers, 4 query heads a group, d = 256).
+/// kind of criterion (page selection too, and pages built ahead of a dense-below threshold)
+/// and cache type; on Gemma 3 too (sliding and global layers, 4 query heads a group,
+/// d = 256).
 ///
 /// One prefill per model and cache type (a 1044-token prefill is most of the test's time):
 /// under one of the page criteria, taken in turn, whose summaries are then built as the prompt
@@ -133,10 +134,17 @@ fn decoding_steps_allocate_nothing_once_warm() {
             &[KvDtype::F16, KvDtype::Q8][..],
         ),
     ];
-    let criteria: [(&str, MakeCriterion); 6] = [
+    let criteria: [(&str, MakeCriterion); 7] = [
         ("dense", || Box::new(Dense)),
         ("approx", || Box::new(Approx::new(0.6).unwrap())),
         ("oracle", || Box::new(Oracle::new(0.6).unwrap())),
+        // dense below 1400 tokens: the cache builds the pages ahead from 1050 on, a page of
+        // 32 keys at the counted steps that reach 1059 and 1067
+        ("channels, dense below 1400", || {
+            let gate = Approx::new(0.9).unwrap();
+            let pages = Pages::new(gate, 0.9, 32, PageRule::Channels(8)).unwrap();
+            Box::new(DenseBelow::new(pages, 1400).unwrap())
+        }),
         ("pages", || {
             let gate = Approx::new(0.9).unwrap();
             Box::new(Pages::new(gate, 0.9, 32, PageRule::Estimate).unwrap())

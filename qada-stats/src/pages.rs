@@ -310,8 +310,40 @@ impl PageBounds {
     }
 
     /// Add every row of `keys` (f32, f16 or q8 rows, taken as f32 exactly as attention reads
-    /// them).
+    /// them). One key (a decoding step) is converted on the stack; more go through a buffer of
+    /// up to a page allocated for the call ([`PageBounds::push_rows_with`] takes one kept by
+    /// the caller instead).
     pub fn push_rows_of(&mut self, keys: Rows<'_>) -> Result<()> {
+        self.check_rows(keys)?;
+        let n = keys.n_rows(self.dim);
+        let mut stack = [0.0f32; 256];
+        if n * self.dim <= stack.len() {
+            self.push_runs(keys, &mut stack)
+        } else {
+            let mut heap = vec![0.0f32; n.min(self.page) * self.dim];
+            self.push_runs(keys, &mut heap)
+        }
+    }
+
+    /// [`PageBounds::push_rows_of`] converting into `scratch`, grown to `min(n, page) x dim`
+    /// values when shorter and kept by the caller between calls, so that adding keys in runs
+    /// (a page at a time while decoding) allocates nothing once it is large enough.
+    pub fn push_rows_with(&mut self, keys: Rows<'_>, scratch: &mut Vec<f32>) -> Result<()> {
+        self.check_rows(keys)?;
+        let n = keys.n_rows(self.dim);
+        if n == 0 {
+            return Ok(());
+        }
+        let want = n.min(self.page) * self.dim;
+        if scratch.len() < want {
+            scratch.resize(want, 0.0);
+        }
+        self.push_runs(keys, scratch)
+    }
+
+    /// Refuse rows that are not whole keys (or q8 rows of a key length that is not whole
+    /// blocks).
+    fn check_rows(&self, keys: Rows<'_>) -> Result<()> {
         let d = self.dim;
         if !keys.len().is_multiple_of(d) {
             return Err(StatsError::DimensionMismatch {
@@ -325,20 +357,17 @@ impl PageBounds {
                 found: d,
             });
         }
-        // runs of rows within a page, converted into scratch: one key (a decoding step) on
-        // the stack, without allocating; more into a buffer of up to a page. A page's f16 rows
-        // are derived once, when it closes or the run of keys ends, and the keys by channel
-        // coded once a run.
+        Ok(())
+    }
+
+    /// Add the (checked) rows of `keys` in runs within a page, each converted into `buf` (at
+    /// least one key long). A page's f16 rows are derived once, when it closes or the run of
+    /// keys ends, and the keys by channel coded once a run.
+    fn push_runs(&mut self, keys: Rows<'_>, buf: &mut [f32]) -> Result<()> {
+        let d = self.dim;
         let n = keys.n_rows(d);
-        let mut stack = [0.0f32; 256];
-        let mut heap = Vec::new();
-        let buf: &mut [f32] = if n * d <= stack.len() {
-            &mut stack
-        } else {
-            heap.resize(n.min(self.page).max(1) * d, 0.0);
-            &mut heap
-        };
         let cap = buf.len() / d;
+        debug_assert!(cap >= 1 || n == 0);
         let mut i = 0;
         while i < n {
             let take = (self.page - self.rows % self.page).min(cap).min(n - i);

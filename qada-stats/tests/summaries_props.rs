@@ -124,12 +124,13 @@ proptest! {
     }
 
     /// One key at a time, or the rows in two runs split anywhere (a run derives a page's
-    /// f16 rows once, when it closes or the run ends), or as f16 rows converted as attention
-    /// reads them: the same bounds, with or without the keys by channel.
+    /// f16 rows once, when it closes or the run ends), or in runs through a caller's scratch,
+    /// or as f16 rows converted as attention reads them: the same bounds, with or without the
+    /// keys by channel.
     #[test]
     fn pushing_rows_one_by_one_or_at_once_is_the_same(
         (d, keys, _q) in keys_and_query(), page in 1usize..20, split in 0.0f64..1.0,
-        by_channel: bool,
+        by_channel: bool, run_keys in 1usize..70, scratch_len in 0usize..300,
     ) {
         let empty = || {
             let mut b = PageBounds::new(d, page).unwrap();
@@ -147,6 +148,14 @@ proptest! {
         all.push_rows_of(Rows::F32(&keys[..at])).unwrap();
         all.push_rows_of(Rows::F32(&keys[at..])).unwrap();
         prop_assert_eq!(&one, &all);
+        // through a caller's scratch, whatever its length before (it is grown when short):
+        // runs of a drawn size, as the cache adds pages while decoding
+        let mut kept = empty();
+        let mut scratch = vec![f32::NAN; scratch_len];
+        for run in keys.chunks(d * run_keys) {
+            kept.push_rows_with(Rows::F32(run), &mut scratch).unwrap();
+        }
+        prop_assert_eq!(&one, &kept);
         let halves: Vec<f16> = keys.iter().map(|&k| f16::from_f32(k)).collect();
         let mut from_f16 = PageBounds::new(d, page).unwrap();
         from_f16.push_rows_of(Rows::F16(&halves)).unwrap();
