@@ -13,10 +13,10 @@
 //! `start = from_context - from_context / 4` on the layer builds its page bounds ahead of
 //! use ([`lead_start`]): an append of several tokens (prefill) catches up the whole bulk in
 //! one run, and a single decoded token adds whole pages on a linear schedule that completes
-//! the bulk at `from_context` ([`lead_due`]: about four keys a step, a page every eight
-//! steps), so no step pays the `O(T d)` catch-up at once. Clusters are fitted by k-means on the whole
-//! bulk, so with clusters asked for the layer starts at `from_context` itself and catches up
-//! there in one step.
+//! the bulk at `from_context` ([`lead_due`]: about four keys a step, so a page of 32 every
+//! eight steps), so no step pays the `O(T d)` catch-up at once. Clusters are fitted by
+//! k-means on the whole bulk, so with clusters asked for the layer starts at `from_context`
+//! itself and catches up there in one step.
 
 use qada_stats::{BulkSummaries, ClusterMoments, PageBounds};
 
@@ -321,7 +321,12 @@ mod tests {
             from in 1usize..20_000, page in proptest::option::of(1usize..128),
             local in 0usize..600,
         ) {
-            let want = BulkSummaries { page, clusters: None, channel_keys: false, from_context: from };
+            let want = BulkSummaries {
+                page,
+                clusters: None,
+                channel_keys: false,
+                from_context: from,
+            };
             let start = lead_start(want);
             let bulk_at = |t: usize| t.saturating_sub(local);
             let b = bulk_at(from);
