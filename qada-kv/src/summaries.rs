@@ -121,7 +121,7 @@ impl KvCache {
     pub(crate) fn summarize_layer(&mut self, layer: usize, appended: usize) -> Result<()> {
         let want = self.summaries;
         let len = self.lens[layer];
-        if !want.asks() || self.spans[layer] != LayerSpan::Full || len < lead_start(want) {
+        if !self.keeps_summaries_from(layer, lead_start(want)) {
             return Ok(());
         }
         let (nh, d) = (self.shape.n_kv_heads, self.shape.head_dim);
@@ -160,9 +160,13 @@ impl KvCache {
     /// True when `layer` keeps its summaries current: some are asked for, it is a full
     /// layer, and it holds at least `from_context` keys.
     pub(crate) fn is_summarized(&self, layer: usize) -> bool {
-        self.summaries.asks()
-            && self.spans[layer] == LayerSpan::Full
-            && self.lens[layer] >= self.summaries.from_context
+        self.keeps_summaries_from(layer, self.summaries.from_context)
+    }
+
+    /// True when some summaries are asked for, `layer` is a full layer, and it holds at least
+    /// `len` keys.
+    fn keeps_summaries_from(&self, layer: usize, len: usize) -> bool {
+        self.summaries.asks() && self.spans[layer] == LayerSpan::Full && self.lens[layer] >= len
     }
 
     /// At the end of prefill: fit the clusters on each summarized full layer's bulk (a

@@ -315,13 +315,11 @@ impl PageBounds {
     /// the caller instead).
     pub fn push_rows_of(&mut self, keys: Rows<'_>) -> Result<()> {
         self.check_rows(keys)?;
-        let n = keys.n_rows(self.dim);
         let mut stack = [0.0f32; 256];
-        if n * self.dim <= stack.len() {
+        if keys.n_rows(self.dim) * self.dim <= stack.len() {
             self.push_runs(keys, &mut stack)
         } else {
-            let mut heap = vec![0.0f32; n.min(self.page) * self.dim];
-            self.push_runs(keys, &mut heap)
+            self.push_rows_with(keys, &mut Vec::new())
         }
     }
 
