@@ -345,6 +345,28 @@ pub fn check_dense_below(n: usize, ctx: usize) -> CliResult<()> {
     Ok(())
 }
 
+/// Refuse an output file `path` (given by `flag`) that a run could not write at its end: a
+/// folder, or a file in a folder that does not exist. Checked before the work, which can
+/// take an hour.
+pub fn check_output_file(flag: &str, path: &Path) -> CliResult<()> {
+    if path.is_dir() {
+        return fail(format!(
+            "{flag} {}: that is a folder; name the file to write in it, such as {}",
+            path.display(),
+            path.join("setting.json").display()
+        ));
+    }
+    let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(folder) = folder.filter(|f| !f.is_dir()) {
+        return fail(format!(
+            "{flag} {}: the folder {} does not exist; create it first",
+            path.display(),
+            folder.display()
+        ));
+    }
+    Ok(())
+}
+
 /// The threshold when `--tau` is not given.
 pub const DEFAULT_TAU: f64 = 0.6;
 

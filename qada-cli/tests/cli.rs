@@ -116,6 +116,15 @@ fn calibrate_tau_writes_a_setting_that_generate_takes() {
         args.extend_from_slice(extra);
         qada(&args)
     };
+    // an --out the run could not write at its end is refused before it starts
+    std::fs::create_dir_all(&dir).unwrap();
+    for (out, needle) in [
+        (dir_s.to_string(), "that is a folder"),
+        (format!("{dir_s}/no-such-folder/s.json"), "does not exist"),
+    ] {
+        let o = qada(&["calibrate", "tau", "--model", m, "--out", &out]);
+        assert_clean_failure(&o, needle);
+    }
     let o = calibrate(&[]);
     assert!(o.status.success(), "{}", stderr(&o));
     let setting: serde_json::Value =

@@ -14,7 +14,7 @@ use qada_core::Tau;
 use qada_model::ActPrecision;
 
 use super::calibration::{calibration_prompts, moment_table, static_table, PromptsArgs};
-use crate::common::{load_model, CliResult, ModelArgs, WindowArgs};
+use crate::common::{check_output_file, load_model, CliResult, ModelArgs, WindowArgs};
 use crate::corpus::Corpus;
 
 #[derive(clap::Args)]
@@ -84,6 +84,7 @@ pub fn run(a: Args) -> CliResult<()> {
 }
 
 fn moments(a: MomentsArgs) -> CliResult<()> {
+    check_output_file("--out", &a.out)?;
     let model = load_model(&a.model, ActPrecision::F32)?;
     let length = a.length.unwrap_or(model.config().context_length);
     let corpus = Corpus::load(a.corpus.as_deref())?;
@@ -105,6 +106,7 @@ fn moments(a: MomentsArgs) -> CliResult<()> {
 
 fn static_heads(a: StaticArgs) -> CliResult<()> {
     let tau = Tau::new(a.tau_static)?;
+    check_output_file("--out", &a.out)?;
     let model = load_model(&a.model, ActPrecision::F32)?;
     let window = a.window.window()?;
     let prompts = calibration_prompts(&model, &a.prompts, window)?;

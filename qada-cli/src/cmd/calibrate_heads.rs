@@ -16,7 +16,8 @@ use qada_model::{Session, SessionOptions};
 
 use super::calibration::{calibration_prompts, probe_prompts, PromptsArgs};
 use crate::common::{
-    fail, load_model, reports_share, CliResult, CriterionArgs, Fallback, ModelArgs,
+    check_output_file, fail, load_model, reports_share, CliResult, CriterionArgs, Fallback,
+    ModelArgs,
 };
 
 #[derive(clap::Args)]
@@ -51,6 +52,7 @@ pub fn run(mut a: Args) -> CliResult<()> {
             a.max_false_local
         ));
     }
+    check_output_file("--out", &a.out)?;
     let model = load_model(&a.model, ActPrecision::F32)?;
     if let Some(why) = a.criterion.resolve(&model, Fallback::Approx)? {
         eprintln!("{why}");

@@ -29,7 +29,9 @@ use super::eval::records::RecordLog;
 use super::eval::rows::{rows, Row, ACCURACY};
 use super::eval::sweep::{units, EvalTask, Sweep, FIDELITY_STEPS};
 use super::eval::{check_identity, run_identity, ANSWER_ROOM};
-use crate::common::{check_dense_below, fail, load_model, CacheArgs, CliResult, ModelArgs};
+use crate::common::{
+    check_dense_below, check_output_file, fail, load_model, CacheArgs, CliResult, ModelArgs,
+};
 use crate::corpus::{Corpus, Part, SPLIT_YEAR};
 use crate::setting::{Evidence, MethodBest, ModelId, Setting, Yardstick, FORMAT};
 use statrs::distribution::{ContinuousCDF, Normal};
@@ -344,6 +346,7 @@ pub fn run(a: Args) -> CliResult<()> {
             a.min_saving
         ));
     }
+    check_output_file("--out", &a.out)?;
     let methods = parse_methods(&a.methods)?;
     if let Some(m) = methods
         .iter()
