@@ -42,23 +42,12 @@ use std::error::Error;
 
 use faer::{Mat, Side};
 use qada_core::{Decision, KvSegments};
-use qada_kv::{KvDtype, WindowConfig};
-use qada_model::{
-    ActPrecision, LoadOptions, Model, Sampler, SamplingParams, Session, SessionOptions,
-    StepObserver,
-};
+use qada_kv::WindowConfig;
+use qada_model::StepObserver;
 use qada_stats::{f16, PageBounds, Rows};
 
-const PAGE: usize = 32;
-
-/// `ln sum exp(x)`, in f64.
-fn lse(xs: impl Iterator<Item = f64> + Clone) -> f64 {
-    let m = xs.clone().fold(f64::NEG_INFINITY, f64::max);
-    if m == f64::NEG_INFINITY {
-        return m;
-    }
-    m + xs.map(|x| (x - m).exp()).sum::<f64>().ln()
-}
+mod common;
+use common::{answer_densely, estimate, lse, quantile, Prompt, PAGE};
 
 /// What one estimate left out, summed over the probed heads.
 #[derive(Default, Clone)]
@@ -166,42 +155,6 @@ fn page_stats(keys: &[f32], d: usize) -> qada_stats::Result<PageStats> {
             .map(|j| bounds.channel_spread(j).map_or(f64::NAN, f64::from))
             .collect(),
     })
-}
-
-/// `ln A_p_hat` per page: channels `chosen` scored key by key, the rest as the page's
-/// diagonal Gaussian.
-fn estimate(q: &[f32], keys: &[f32], st: &PageStats, chosen: &[usize], scale: f64) -> Vec<f64> {
-    let d = q.len();
-    let t = keys.len() / d;
-    let n_pages = t.div_ceil(PAGE);
-    let mut rest = q.iter().map(|&x| x as f64).collect::<Vec<_>>();
-    for &c in chosen {
-        rest[c] = 0.0;
-    }
-    (0..n_pages)
-        .map(|p| {
-            let rows = &keys[p * PAGE * d..((p + 1) * PAGE).min(t) * d];
-            let n = (rows.len() / d) as f64;
-            let g: f64 = (0..d)
-                .map(|j| {
-                    scale * rest[j] * st.mean[p * d + j]
-                        + 0.5 * scale * scale * rest[j] * rest[j] * st.var[p * d + j]
-                })
-                .sum();
-            let part = if chosen.is_empty() {
-                n.ln()
-            } else {
-                lse(rows.chunks(d).map(|row| {
-                    scale
-                        * chosen
-                            .iter()
-                            .map(|&c| q[c] as f64 * row[c] as f64)
-                            .sum::<f64>()
-                }))
-            };
-            part + g
-        })
-        .collect()
 }
 
 /// As [`estimate`] in the principal basis `U`, the rest of the page from its diagonal
@@ -489,14 +442,18 @@ impl StepObserver for Probe {
                 let mut ests: Vec<(String, usize, Vec<f64>)> = vec![
                     ("oracle".into(), d, exact.clone()),
                     ("quest".into(), 0, quest),
-                    ("gaussian".into(), 0, estimate(q, &keys, &st, &[], scale)),
+                    (
+                        "gaussian".into(),
+                        0,
+                        estimate(q, &keys, &st.mean, &st.var, &[], scale),
+                    ),
                 ];
                 for r in [8, 16] {
                     let ch = choose(&qs, &st.spread, r);
-                    let est = estimate(q, &keys, &st, &ch, scale);
+                    let est = estimate(q, &keys, &st.mean, &st.var, &ch, scale);
                     ests.push((format!("channels-{r}"), r, est));
                     let ch = choose(&qs_rot, &st_rot.spread, r);
-                    let est = estimate(&qs_rot[i], &rotated, &st_rot, &ch, scale);
+                    let est = estimate(&qs_rot[i], &rotated, &st_rot.mean, &st_rot.var, &ch, scale);
                     ests.push((format!("pca-{r}"), r, est));
                     let est = pca_estimate(q, &qs_rot[i], &rotated, &st, &ch, &basis, scale);
                     ests.push((format!("pca-{r}/rest by channel"), r, est));
@@ -504,13 +461,13 @@ impl StepObserver for Probe {
                 for r in [16, 24, 32] {
                     let ch = choose(&qs, &st.spread, r);
                     for (bits, kq) in [(8, &keys_q8), (4, &keys_q4)] {
-                        let est = estimate(q, kq, &st, &ch, scale);
+                        let est = estimate(q, kq, &st.mean, &st.var, &ch, scale);
                         ests.push((format!("channels-{r} in {bits} bits"), r, est));
                     }
                 }
                 for nats in [16.0, 32.0] {
                     let ch = choose_bounded(&qs, &st.spread, scale, nats, 8, 32);
-                    let est = estimate(q, &keys, &st, &ch, scale);
+                    let est = estimate(q, &keys, &st.mean, &st.var, &ch, scale);
                     ests.push((format!("channels-bound-{nats}"), ch.len(), est));
                 }
                 for (name, cols, est) in &ests {
@@ -523,88 +480,27 @@ impl StepObserver for Probe {
     }
 }
 
-fn quantile(xs: &mut [f64], q: f64) -> f64 {
-    if xs.is_empty() {
-        return f64::NAN;
-    }
-    xs.sort_by(|a, b| a.total_cmp(b));
-    xs[((xs.len() - 1) as f64 * q).round() as usize]
-}
-
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
         return Err("usage: page_ranking MODEL.gguf PROMPTS.jsonl LINE [TAU]".into());
     }
     let tau: f64 = args.get(4).map_or(Ok(0.9), |s| s.parse())?;
-    let line = std::fs::read_to_string(&args[2])?
-        .lines()
-        .nth(args[3].parse()?)
-        .ok_or("no such line in the prompts file")?
-        .to_string();
-    let p: serde_json::Value = serde_json::from_str(&line)?;
-    let ids: Vec<u32> = p["ids"]
-        .as_array()
-        .ok_or("no ids")?
-        .iter()
-        .map(|v| v.as_u64().unwrap_or(0) as u32)
-        .collect();
-    let mut needle = vec![false; ids.len() + 1024];
-    for r in p["needles"].as_array().ok_or("no needles")? {
-        let (a, b) = (r[0].as_u64().unwrap_or(0), r[1].as_u64().unwrap_or(0));
-        for x in &mut needle[a as usize..b as usize] {
-            *x = true;
-        }
+    let prompt = Prompt::read(&args[2], &args[3])?;
+    let mut needle = vec![false; prompt.ids.len() + 1024];
+    for &(a, b) in &prompt.needles {
+        needle[a..b].iter_mut().for_each(|x| *x = true);
     }
-    let steps = p["answer_tokens"].as_u64().unwrap_or(32) as usize;
-    let model = Model::load(
-        std::path::Path::new(&args[1]),
-        &LoadOptions {
-            activations: ActPrecision::F32,
-            ..LoadOptions::default()
-        },
-    )?;
-    let window = WindowConfig::PAPER;
-    let mut session = Session::new(
-        &model,
-        SessionOptions {
-            kv_dtype: KvDtype::F16,
-            ..SessionOptions::new(Box::new(qada_core::Dense), window)
-        },
-    )?;
-    let (head, last) = ids.split_at(ids.len() - 1);
-    let t0 = std::time::Instant::now();
-    session.prefill(head, &mut |_, _| {})?;
-    eprintln!(
-        "{} {} sample {}: {} tokens prefilled in {:.0} s; {steps} answer steps probed at tau {tau}",
-        p["task"],
-        p["length"],
-        p["sample"],
-        ids.len(),
-        t0.elapsed().as_secs_f64()
-    );
+    eprintln!("probing at tau {tau}");
     let mut probe = Probe {
         tau,
-        sink: window.sink(),
+        sink: WindowConfig::PAPER.sink(),
         needle,
         names: Vec::new(),
         tallies: Vec::new(),
         groups: HashMap::new(),
     };
-    let tok = model.tokenizer();
-    let mut sampler = Sampler::new(SamplingParams::default())?;
-    let mut next = last[0];
-    let mut answer = Vec::new();
-    for _ in 0..steps {
-        let logits = session.step_observed(next, Some(&mut probe))?;
-        next = sampler.sample(logits)?;
-        if Some(next) == tok.eos() {
-            break;
-        }
-        answer.push(next);
-    }
-    println!("answer: {:?}", tok.decode(&answer));
-    println!("expected: {}", p["expected"]);
+    answer_densely(&args[1], &prompt, prompt.answer_tokens, &mut probe)?;
     println!(
         "| estimate | heads | channels: mean | missed: mean | p90 | p99 | share > 1 - tau | needle heads | needle recall: mean | p10 | min |"
     );

@@ -37,24 +37,13 @@
 use std::error::Error;
 
 use qada_core::{Decision, KvSegments};
-use qada_kv::{KvDtype, WindowConfig};
-use qada_model::{
-    ActPrecision, LoadOptions, Model, Sampler, SamplingParams, Session, SessionOptions,
-    StepObserver,
-};
+use qada_model::StepObserver;
 use qada_stats::{f16, PageBounds, Rows};
 
-const PAGE: usize = 32;
-const TAUS: [f64; 4] = [0.8, 0.9, 0.95, 0.98];
+mod common;
+use common::{answer_densely, estimate, quantile, Prompt, PAGE};
 
-/// `ln sum exp(x)`, in f64.
-fn lse(xs: impl Iterator<Item = f64> + Clone) -> f64 {
-    let m = xs.clone().fold(f64::NEG_INFINITY, f64::max);
-    if m == f64::NEG_INFINITY {
-        return m;
-    }
-    m + xs.map(|x| (x - m).exp()).sum::<f64>().ln()
-}
+const TAUS: [f64; 4] = [0.8, 0.9, 0.95, 0.98];
 
 fn rows(r: Rows<'_>, d: usize) -> Vec<f32> {
     let n = r.n_rows(d);
@@ -92,43 +81,6 @@ impl Probe {
         self.tallies[i].errs.push(err);
         self.tallies[i].read.push(read);
     }
-}
-
-/// `ln A_p_hat` per page: channels `chosen` scored key by key, the rest as the page's
-/// diagonal Gaussian (means and variances as the cache's f16 [`PageBounds`] keep them).
-fn estimate(
-    q: &[f32],
-    keys: &[f32],
-    mean: &[f64],
-    var: &[f64],
-    chosen: &[usize],
-    scale: f64,
-) -> Vec<f64> {
-    let d = q.len();
-    let t = keys.len() / d;
-    let mut rest = q.iter().map(|&x| x as f64).collect::<Vec<_>>();
-    for &c in chosen {
-        rest[c] = 0.0;
-    }
-    (0..t.div_ceil(PAGE))
-        .map(|p| {
-            let page = &keys[p * PAGE * d..((p + 1) * PAGE).min(t) * d];
-            let g: f64 = (0..d)
-                .map(|j| {
-                    scale * rest[j] * mean[p * d + j]
-                        + 0.5 * scale * scale * rest[j] * rest[j] * var[p * d + j]
-                })
-                .sum();
-            let part = lse(page.chunks(d).map(|row| {
-                scale
-                    * chosen
-                        .iter()
-                        .map(|&c| q[c] as f64 * row[c] as f64)
-                        .sum::<f64>()
-            }));
-            part + g
-        })
-        .collect()
 }
 
 impl StepObserver for Probe {
@@ -290,6 +242,13 @@ impl StepObserver for Probe {
                     // union-aware: a page some earlier head of the group chose already ranks
                     // `bonus` times its mass (its bytes are read; only the multiply-adds cost)
                     for bonus in [1.0f64, 4.0, 16.0, 1e30] {
+                        let sel = if bonus == 1.0 {
+                            "independent".to_string()
+                        } else if bonus > 1e20 {
+                            "union first".to_string()
+                        } else {
+                            format!("union x{bonus}")
+                        };
                         let mut union = vec![false; n_pages];
                         let mut long = 0usize;
                         let mut per_head = 0usize;
@@ -318,13 +277,6 @@ impl StepObserver for Probe {
                             }
                             per_head += kept;
                             let read = kept as f64 / n_pages as f64;
-                            let sel = if bonus == 1.0 {
-                                "independent".to_string()
-                            } else if bonus > 1e20 {
-                                "union first".to_string()
-                            } else {
-                                format!("union x{bonus}")
-                            };
                             let ways: &[&str] = if bonus == 1.0 {
                                 &["drop", "+ mean v, exact mass", "+ mean v, est. mass"]
                             } else {
@@ -339,13 +291,6 @@ impl StepObserver for Probe {
                             }
                         }
                         if long > 0 {
-                            let sel = if bonus == 1.0 {
-                                "independent".to_string()
-                            } else if bonus > 1e20 {
-                                "union first".to_string()
-                            } else {
-                                format!("union x{bonus}")
-                            };
                             let u = union.iter().filter(|x| **x).count() as f64 / n_pages as f64;
                             // the group's union read, and the pages computed per long head
                             self.push(
@@ -364,76 +309,20 @@ impl StepObserver for Probe {
     }
 }
 
-fn quantile(xs: &mut [f64], q: f64) -> f64 {
-    if xs.is_empty() {
-        return f64::NAN;
-    }
-    xs.sort_by(|a, b| a.total_cmp(b));
-    xs[((xs.len() - 1) as f64 * q).round() as usize]
-}
-
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
         return Err("usage: tail_compensation MODEL.gguf PROMPTS.jsonl LINE [STEPS]".into());
     }
-    let line = std::fs::read_to_string(&args[2])?
-        .lines()
-        .nth(args[3].parse()?)
-        .ok_or("no such line in the prompts file")?
-        .to_string();
-    let p: serde_json::Value = serde_json::from_str(&line)?;
-    let ids: Vec<u32> = p["ids"]
-        .as_array()
-        .ok_or("no ids")?
-        .iter()
-        .map(|v| v.as_u64().unwrap_or(0) as u32)
-        .collect();
+    let prompt = Prompt::read(&args[2], &args[3])?;
     let steps = match args.get(4) {
         Some(s) => s.parse()?,
-        None => p["answer_tokens"].as_u64().unwrap_or(32) as usize,
+        None => prompt.answer_tokens,
     };
-    let model = Model::load(
-        std::path::Path::new(&args[1]),
-        &LoadOptions {
-            activations: ActPrecision::F32,
-            ..LoadOptions::default()
-        },
-    )?;
-    let mut session = Session::new(
-        &model,
-        SessionOptions {
-            kv_dtype: KvDtype::F16,
-            ..SessionOptions::new(Box::new(qada_core::Dense), WindowConfig::PAPER)
-        },
-    )?;
-    let (head, last) = ids.split_at(ids.len() - 1);
-    let t0 = std::time::Instant::now();
-    session.prefill(head, &mut |_, _| {})?;
-    eprintln!(
-        "{} {}: {} tokens prefilled in {:.0} s; {steps} answer steps probed",
-        p["task"],
-        p["length"],
-        ids.len(),
-        t0.elapsed().as_secs_f64()
-    );
     let mut probe = Probe {
         tallies: Vec::new(),
     };
-    let tok = model.tokenizer();
-    let mut sampler = Sampler::new(SamplingParams::default())?;
-    let mut next = last[0];
-    let mut answer = Vec::new();
-    for _ in 0..steps {
-        let logits = session.step_observed(next, Some(&mut probe))?;
-        next = sampler.sample(logits)?;
-        if Some(next) == tok.eos() {
-            break;
-        }
-        answer.push(next);
-    }
-    println!("answer: {:?}", tok.decode(&answer));
-    println!("expected: {}", p["expected"]);
+    answer_densely(&args[1], &prompt, steps, &mut probe)?;
     println!("| tau | estimate | selection | way | heads | bulk read: mean | rel. error: mean | p90 | p99 |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for t in &mut probe.tallies {
