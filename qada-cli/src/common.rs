@@ -351,9 +351,8 @@ pub fn check_dense_below(n: usize, ctx: usize) -> CliResult<()> {
 pub fn check_output_file(flag: &str, path: &Path) -> CliResult<()> {
     if path.is_dir() {
         return fail(format!(
-            "{flag} {}: that is a folder; name the file to write in it, such as {}",
-            path.display(),
-            path.join("setting.json").display()
+            "{flag} {}: that is a folder; name the file to write in it",
+            path.display()
         ));
     }
     let folder = path.parent().filter(|p| !p.as_os_str().is_empty());

@@ -415,9 +415,7 @@ impl Scoring<'_> {
                         mass.iter_mut().for_each(|m| *m += shift);
                     }
                 }
-                favor_shared(order, &s.chosen);
-                let keep = budget_threshold(order, mass, None, log_local, tau);
-                mark(&mut s.chosen, order, keep, bit);
+                keep_shared_first(order, mass, None, log_local, tau, &mut s.chosen, bit);
             }
             PageRule::Certified => {
                 let slack = rounding_slack(input.query, pages.dim(), input.scale);
@@ -428,9 +426,7 @@ impl Scoring<'_> {
                     lower[p] = ln_n(p) + a[p] - b[p] - widen;
                 }
                 mass.copy_from_slice(order);
-                favor_shared(order, &s.chosen);
-                let keep = budget_threshold(order, mass, Some(lower), log_local, tau);
-                mark(&mut s.chosen, order, keep, bit);
+                keep_shared_first(order, mass, Some(lower), log_local, tau, &mut s.chosen, bit);
             }
             PageRule::Exact | PageRule::Channels(_) => {
                 if self.by_channel {
@@ -453,9 +449,7 @@ impl Scoring<'_> {
                     }
                 }
                 order.copy_from_slice(mass);
-                favor_shared(order, &s.chosen);
-                let keep = budget_threshold(order, mass, None, log_local, tau);
-                mark(&mut s.chosen, order, keep, bit);
+                keep_shared_first(order, mass, None, log_local, tau, &mut s.chosen, bit);
             }
             PageRule::TopK(top) => {
                 if top >= n_pages {
@@ -677,14 +671,26 @@ fn rounding_slack(q: &[f32], d: usize, scale: f32) -> f64 {
 /// 0.259, with the heads' outputs as close to dense's.
 const SHARED_PAGE_WEIGHT: f32 = 4.0;
 
-/// Raise the order of every page some head already chose by `ln SHARED_PAGE_WEIGHT`.
-fn favor_shared(order: &mut [f32], chosen: &[u64]) {
+/// One head's pages, the last step of every top-p rule: raise the order of every page an
+/// earlier head chose by `ln SHARED_PAGE_WEIGHT`, keep pages by [`budget_threshold`] and set
+/// `bit` in `chosen` for those kept.
+fn keep_shared_first(
+    order: &mut [f32],
+    mass: &mut [f32],
+    lower: Option<&mut [f32]>,
+    log_local: f64,
+    tau: Tau,
+    chosen: &mut [u64],
+    bit: u64,
+) {
     let bonus = SHARED_PAGE_WEIGHT.ln();
-    for (o, &c) in order.iter_mut().zip(chosen) {
+    for (o, &c) in order.iter_mut().zip(chosen.iter()) {
         if c != 0 {
             *o += bonus;
         }
     }
+    let keep = budget_threshold(order, mass, lower, log_local, tau);
+    mark(chosen, order, keep, bit);
 }
 
 /// Set `bit` in `chosen[p]` for every page whose weight in `order` (after
