@@ -432,6 +432,152 @@ fn channel_selection_group7(c: &mut Criterion) {
     group.finish();
 }
 
+/// The bulk phase of one Qwen2.5-0.5B layer at 16k through `attend_layer` (2 KV heads of 7
+/// query heads, d = 64, f16 rows, 16,384 bulk keys in pages of 32): dense, against fixed
+/// selections of the shape the channel rule makes at tau 0.97 (`qada bench` at 16384: a
+/// head reads about 0.27 of the pages, its group their union, about 0.6). `union_all_heads`
+/// gives every head the union's pages, `per_head` each head its own (about 0.45 of the
+/// union's, at least one head a page), `per_head_only` the same number of pages a head with
+/// no sharing (union 0.27). The bulk time against the work it does (rows times heads) shows
+/// what a selected page costs beyond its multiply-adds.
+fn selected_bulk_qwen16k(c: &mut Criterion) {
+    use qada_core::{
+        attend_layer, Decision, Dense, GroupRead, LayerScratch, PageSelection, Result,
+    };
+    use qada_stats::f16;
+    const T: usize = 16_384;
+    const H: usize = 7;
+    const KV: usize = 2;
+    const P: usize = 32;
+    const WINDOW: usize = LOCAL - SINK;
+
+    /// Page `p` for the heads of `masks[g][p]` in group `g`.
+    struct Fixed {
+        masks: Vec<Vec<u64>>,
+    }
+    impl LocalityCriterion for Fixed {
+        fn decide(&self, _input: &HeadInput<'_>) -> Result<Decision> {
+            Ok(Decision::LONG)
+        }
+        fn choose_pages(
+            &self,
+            inputs: &[HeadInput<'_>],
+            _out: &mut [Decision],
+            selection: &mut PageSelection,
+        ) -> Result<GroupRead> {
+            selection.clear(P);
+            let g = inputs[0].head / H;
+            for (p, &m) in self.masks[g].iter().enumerate() {
+                selection.push(p, m)?;
+            }
+            Ok(GroupRead::Selected)
+        }
+    }
+    // a small LCG: the same pages on every run
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut uniform = move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let n_pages = T / P;
+    let all = (1u64 << H) - 1;
+    let (mut union_all, mut per_head, mut alone) = (vec![], vec![], vec![]);
+    for _ in 0..KV {
+        let (mut u, mut h, mut a) = (vec![0; n_pages], vec![0; n_pages], vec![0; n_pages]);
+        for p in 0..n_pages {
+            if uniform() < 0.6 {
+                u[p] = all;
+                let mut m = 0u64;
+                while m == 0 {
+                    m = (0..H)
+                        .filter(|_| uniform() < 0.45)
+                        .fold(0, |m, j| m | 1 << j);
+                }
+                h[p] = m;
+            }
+            a[p] = (0..H)
+                .filter(|_| uniform() < 0.27)
+                .fold(0, |m, j| m | 1 << j);
+        }
+        union_all.push(u);
+        per_head.push(h);
+        alone.push(a);
+    }
+    let half = |t: usize, salt: f32| -> Vec<f16> {
+        (0..t * D)
+            .map(|i| f16::from_f32(((i as f32) * 0.0137 + salt).sin()))
+            .collect()
+    };
+    let t = SINK + T + WINDOW;
+    let kvs: Vec<(Vec<f16>, Vec<f16>)> = (0..KV)
+        .map(|g| (half(t, g as f32), half(t, g as f32 + 0.5)))
+        .collect();
+    let moments = KeyMoments::new(D);
+    let (b0, w0) = (SINK * D, (SINK + T) * D);
+    let kv: Vec<KvSegments<'_>> = kvs
+        .iter()
+        .map(|(keys, values)| KvSegments {
+            dim: D,
+            sink_keys: (&keys[..b0]).into(),
+            sink_values: (&values[..b0]).into(),
+            bulk_keys: (&keys[b0..w0]).into(),
+            bulk_values: (&values[b0..w0]).into(),
+            window_keys: (&keys[w0..]).into(),
+            window_values: (&values[w0..]).into(),
+            bulk_moments: &moments,
+            bulk_pages: None,
+            bulk_clusters: None,
+        })
+        .collect();
+    let q: Vec<f32> = (0..KV * H * D).map(|i| (i as f32 * 0.3).cos()).collect();
+    let mut group = c.benchmark_group("selected_bulk_qwen_16384");
+    let mut scratch = LayerScratch::with_capacity(KV, H, D, T);
+    let mut out = vec![0.0f32; KV * H * D];
+    group.bench_function("dense", |b| {
+        b.iter(|| {
+            attend_layer(
+                &Dense,
+                0,
+                black_box(&q),
+                &kv[..],
+                0.125,
+                &mut scratch,
+                &mut out,
+            )
+        })
+    });
+    for (name, masks) in [
+        ("union_all_heads", union_all),
+        ("per_head", per_head),
+        ("per_head_only", alone),
+    ] {
+        let rows: u64 = masks.iter().flatten().map(|m| m.count_ones() as u64).sum();
+        let pages = masks.iter().flatten().filter(|&&m| m != 0).count();
+        eprintln!(
+            "{name}: a group reads {:.3} of the pages, a head {:.3}",
+            pages as f64 / (KV * n_pages) as f64,
+            rows as f64 / (KV * H * n_pages) as f64
+        );
+        let crit = Fixed { masks };
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                attend_layer(
+                    &crit,
+                    0,
+                    black_box(&q),
+                    &kv[..],
+                    0.125,
+                    &mut scratch,
+                    &mut out,
+                )
+            })
+        });
+    }
+    group.finish();
+}
+
 criterion_group!(
     benches,
     channel_selection_group7,
@@ -440,6 +586,7 @@ criterion_group!(
     gqa_group7_q8_vs_f16,
     group_decisions,
     layer_gemma_d256,
-    prefill_block
+    prefill_block,
+    selected_bulk_qwen16k
 );
 criterion_main!(benches);
