@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use qada_stats::{f16, Q8Block, Rows};
+use qada_stats::{f16, BulkSummaries, Q8Block, Rows};
 
 use crate::accounting::PhaseTimes;
 use crate::attention::{exp_in_place, max_score, Elem, KvSegments, ScoreMap};
@@ -66,6 +66,20 @@ const MIN_RESERVED_PAGE: usize = 16;
 /// Bulk rows from which the KV groups of a criterion that keeps page summaries decide in
 /// parallel.
 const PARALLEL_SELECTION: usize = 2048;
+
+/// Whether a layer's KV groups decide one a thread, for a criterion that keeps `summaries`, at
+/// a bulk of `bulk` keys in a context of `context`. A page choice grows with the bulk; the
+/// clusters' quadratic forms (`k` matrices of `d (d + 1) / 2` values a group, read from memory
+/// at every step) do not, and are worth a core each from the first bulk key. Neither is made
+/// on a context shorter than the summaries' `from_context` (a criterion dense below a
+/// threshold): there the threads' hand-over would be the whole cost.
+fn decides_in_parallel(summaries: BulkSummaries, bulk: usize, context: usize) -> bool {
+    if context < summaries.from_context {
+        return false;
+    }
+    (bulk >= PARALLEL_SELECTION && summaries.page.is_some())
+        || (bulk > 0 && summaries.clusters.is_some_and(|k| k > 1))
+}
 
 /// Partial softmax state of one head over some rows.
 #[derive(Clone, Debug)]
@@ -583,12 +597,7 @@ impl LayerScratch {
             *read = decide(g, out, sel)?;
             Ok::<f64, CoreError>(t0.elapsed().as_secs_f64())
         };
-        // a page choice grows with the bulk; the clusters' quadratic forms (`k` matrices of
-        // `d (d + 1) / 2` values a group, read from memory at every step) do not, and are
-        // worth a core each from the first bulk key
-        let summaries = criterion.bulk_summaries();
-        let parallel = (bulk >= PARALLEL_SELECTION && summaries.page.is_some())
-            || (bulk > 0 && summaries.clusters.is_some_and(|k| k > 1));
+        let parallel = decides_in_parallel(criterion.bulk_summaries(), bulk, local_len + bulk);
         if n_kv > 1 && parallel {
             // one task a thread, of consecutive groups: with more groups than threads (SmolLM2's
             // three on two cores) the stepping thread decides two in a row while the other
@@ -772,5 +781,37 @@ impl LayerScratch {
         }
         self.state = Some(state);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_decide_in_parallel_only_where_the_summaries_are_read() {
+        let pages = BulkSummaries {
+            page: Some(32),
+            ..BulkSummaries::default()
+        };
+        let clusters = BulkSummaries {
+            clusters: Some(4),
+            ..BulkSummaries::default()
+        };
+        let deep = PARALLEL_SELECTION + 128;
+        assert!(decides_in_parallel(pages, PARALLEL_SELECTION, deep));
+        assert!(!decides_in_parallel(pages, PARALLEL_SELECTION - 1, deep));
+        assert!(decides_in_parallel(clusters, 1, 129));
+        assert!(!decides_in_parallel(clusters, 0, 128));
+        assert!(!decides_in_parallel(BulkSummaries::default(), deep, deep));
+        // dense below 8000: the choice is made (and worth the threads) from there on
+        for s in [pages, clusters] {
+            let from = BulkSummaries {
+                from_context: 8000,
+                ..s
+            };
+            assert!(!decides_in_parallel(from, 7999 - 128, 7999));
+            assert!(decides_in_parallel(from, 8000 - 128, 8000));
+        }
     }
 }
