@@ -18,6 +18,37 @@ fn data(t: usize, salt: f32) -> Vec<f32> {
         .collect()
 }
 
+/// `t` rows of `d` halves, `sin(0.0137 i + salt)`.
+fn half_rows(t: usize, d: usize, salt: f32) -> Vec<qada_stats::f16> {
+    (0..t * d)
+        .map(|i| qada_stats::f16::from_f32(((i as f32) * 0.0137 + salt).sin()))
+        .collect()
+}
+
+/// One KV head over `keys` and `values` (rows of `d`): `sink` rows, then `bulk`, then the
+/// window (the rest).
+fn segments<'a>(
+    d: usize,
+    (sink, bulk): (usize, usize),
+    keys: &'a [qada_stats::f16],
+    values: &'a [qada_stats::f16],
+    moments: &'a KeyMoments,
+) -> KvSegments<'a> {
+    let (b0, w0) = (sink * d, (sink + bulk) * d);
+    KvSegments {
+        dim: d,
+        sink_keys: (&keys[..b0]).into(),
+        sink_values: (&values[..b0]).into(),
+        bulk_keys: (&keys[b0..w0]).into(),
+        bulk_values: (&values[b0..w0]).into(),
+        window_keys: (&keys[w0..]).into(),
+        window_values: (&values[w0..]).into(),
+        bulk_moments: moments,
+        bulk_pages: None,
+        bulk_clusters: None,
+    }
+}
+
 fn per_head(c: &mut Criterion) {
     let mut group = c.benchmark_group("head_d64");
     let q: Vec<f32> = (0..D).map(|i| (i as f32 * 0.3).cos()).collect();
@@ -254,34 +285,16 @@ fn group_decisions(c: &mut Criterion) {
 /// global layer at T = 4096 (sink 16 and window 112 local, the bulk in parallel chunks).
 fn layer_gemma_d256(c: &mut Criterion) {
     use qada_core::{attend_layer, Dense, LayerScratch};
-    use qada_stats::f16;
     const DG: usize = 256;
     const H: usize = 4;
-    let half = |t: usize, salt: f32| -> Vec<f16> {
-        (0..t * DG)
-            .map(|i| f16::from_f32(((i as f32) * 0.0137 + salt).sin()))
-            .collect()
-    };
     let q: Vec<f32> = (0..H * DG).map(|i| (i as f32 * 0.3).cos()).collect();
     let scale = 1.0 / (DG as f32).sqrt();
     let mut group = c.benchmark_group("layer_gemma_d256");
     for (name, sink, bulk, window) in [("sliding_512", 0, 0, 512), ("global_4096", 16, 3968, 112)] {
         let t = sink + bulk + window;
-        let (keys, values) = (half(t, 0.0), half(t, 1.0));
+        let (keys, values) = (half_rows(t, DG, 0.0), half_rows(t, DG, 1.0));
         let moments = KeyMoments::new(DG);
-        let (b0, w0) = (sink * DG, (sink + bulk) * DG);
-        let kv = [KvSegments {
-            dim: DG,
-            sink_keys: (&keys[..b0]).into(),
-            sink_values: (&values[..b0]).into(),
-            bulk_keys: (&keys[b0..w0]).into(),
-            bulk_values: (&values[b0..w0]).into(),
-            window_keys: (&keys[w0..]).into(),
-            window_values: (&values[w0..]).into(),
-            bulk_moments: &moments,
-            bulk_pages: None,
-            bulk_clusters: None,
-        }];
+        let kv = [segments(DG, (sink, bulk), &keys, &values, &moments)];
         let mut scratch = LayerScratch::new();
         let mut out = vec![0.0f32; H * DG];
         group.bench_function(name, |b| {
@@ -305,13 +318,7 @@ fn prefill_block(c: &mut Criterion) {
     group.sample_size(10);
     for (name, n_heads, n_kv, d) in [("qwen_14x2_d64", 14, 2, 64), ("gemma_4x1_d256", 4, 1, 256)] {
         let t = POS0 + N;
-        let rows: Vec<Vec<f16>> = (0..2 * n_kv)
-            .map(|h| {
-                (0..t * d)
-                    .map(|i| f16::from_f32(((i as f32) * 0.0137 + h as f32).sin()))
-                    .collect()
-            })
-            .collect();
+        let rows: Vec<Vec<f16>> = (0..2 * n_kv).map(|h| half_rows(t, d, h as f32)).collect();
         let kv: Vec<PrefillHead<'_>> = (0..n_kv)
             .map(|g| PrefillHead {
                 keys: rows[2 * g].as_slice().into(),
@@ -444,7 +451,6 @@ fn selected_bulk_qwen16k(c: &mut Criterion) {
     use qada_core::{
         attend_layer, Decision, Dense, GroupRead, LayerScratch, PageSelection, Result,
     };
-    use qada_stats::f16;
     const T: usize = 16_384;
     const H: usize = 7;
     const KV: usize = 2;
@@ -505,31 +511,14 @@ fn selected_bulk_qwen16k(c: &mut Criterion) {
         per_head.push(h);
         alone.push(a);
     }
-    let half = |t: usize, salt: f32| -> Vec<f16> {
-        (0..t * D)
-            .map(|i| f16::from_f32(((i as f32) * 0.0137 + salt).sin()))
-            .collect()
-    };
     let t = SINK + T + WINDOW;
-    let kvs: Vec<(Vec<f16>, Vec<f16>)> = (0..KV)
-        .map(|g| (half(t, g as f32), half(t, g as f32 + 0.5)))
+    let kvs: Vec<_> = (0..KV)
+        .map(|g| (half_rows(t, D, g as f32), half_rows(t, D, g as f32 + 0.5)))
         .collect();
     let moments = KeyMoments::new(D);
-    let (b0, w0) = (SINK * D, (SINK + T) * D);
     let kv: Vec<KvSegments<'_>> = kvs
         .iter()
-        .map(|(keys, values)| KvSegments {
-            dim: D,
-            sink_keys: (&keys[..b0]).into(),
-            sink_values: (&values[..b0]).into(),
-            bulk_keys: (&keys[b0..w0]).into(),
-            bulk_values: (&values[b0..w0]).into(),
-            window_keys: (&keys[w0..]).into(),
-            window_values: (&values[w0..]).into(),
-            bulk_moments: &moments,
-            bulk_pages: None,
-            bulk_clusters: None,
-        })
+        .map(|(keys, values)| segments(D, (SINK, T), keys, values, &moments))
         .collect();
     let q: Vec<f32> = (0..KV * H * D).map(|i| (i as f32 * 0.3).cos()).collect();
     let mut group = c.benchmark_group("selected_bulk_qwen_16384");
