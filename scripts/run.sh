@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The main job: fetch the models and corpus, build in release mode, and answer a question
 # about a long document (about 16,200 tokens: State of the Union addresses from 1901 on, with
-# one fact placed in the middle) on Qwen2.5-0.5B (32k context), with page selection deciding
-# per token and KV group which pages of the context to read (channels: each key scored from
-# 8 of its channels, tau 0.8). The same prompt is then decoded
-# densely from the same prefill (--compare dense), and both speeds and K/V bytes are printed.
+# one fact placed in the middle) on Qwen2.5-0.5B (32k context), under the setting shipped
+# for the model (qada-cli/settings/qwen2.5-0.5b.json, printed with its evidence): page
+# selection deciding per token and KV group which pages of the context to read (channels:
+# each key scored from 16 of its channels, tau 0.97, the setting calibrated to keep quality).
+# The same prompt is then decoded densely from the same prefill (--compare dense), and both
+# speeds and K/V bytes are printed.
 #
 #   bash scripts/run.sh                       the main job
 #   bash scripts/run.sh --kv q8               other generate flags are passed on
+#   bash scripts/run.sh --criterion channels --tau 0.8   a setting of your own
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh --model qwen2.5-0.5b
@@ -25,4 +28,4 @@ head -c 40000 "$all.rest" >> "$prompt"
 rm -f "$all.rest"
 printf '\n\nQuestion: What is the secret code of the speech collection, according to the archivist? Answer with the number only.' >> "$prompt"
 ./target/release/qada-cli generate --model qwen2.5-0.5b --prompt-file "$prompt" \
-    --criterion channels --tau 0.8 --compare dense --max-new-tokens 16 "$@"
+    --compare dense --max-new-tokens 16 "$@"

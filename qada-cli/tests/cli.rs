@@ -80,6 +80,42 @@ fn generate_streams_text_and_reports_sparsity() {
     );
 }
 
+/// `--compare dense` prints both speeds, and calls them rough over fewer than 16 decode steps
+/// (a few steps vary by tens of percent on a shared host), naming the bench that times more.
+#[test]
+fn generate_compare_dense_calls_a_few_steps_rough() {
+    let m = model();
+    let run = |tokens: &str| {
+        let o = qada(&[
+            "generate",
+            "--model",
+            m.to_str().unwrap(),
+            "-p",
+            "Name three rivers of Europe.",
+            "--max-new-tokens",
+            tokens,
+            "--ignore-eos",
+            "--criterion",
+            "approx",
+            "--compare",
+            "dense",
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        stderr(&o)
+    };
+    let few = run("4");
+    assert!(
+        few.contains("decode steps: the speeds are a rough figure")
+            && few.contains("qada bench --depth"),
+        "{few}"
+    );
+    let many = run("20");
+    assert!(
+        many.contains("compared with dense") && !many.contains("rough figure"),
+        "{many}"
+    );
+}
+
 /// `calibrate tau` writes a setting that `generate --setting` runs with; settings are checked
 /// against the model and conflicting flags are refused.
 #[test]

@@ -1,6 +1,5 @@
 //! End-to-end tests of page selection on the real models: the passkey at 16k tokens on
-//! Qwen2.5-0.5B under the main job's criterion (channels) and under its shipped setting, the
-//! needle at 4k on Gemma 3 under
+//! Qwen2.5-0.5B under its shipped setting (the main job's), the needle at 4k on Gemma 3 under
 //! its shipped setting (channels behind no gate), `generate --compare dense` (pages), and the
 //! errors of bad page settings.
 
@@ -18,30 +17,14 @@ fn qwen() -> &'static str {
     "qwen2.5-0.5b"
 }
 
-/// The main job's criterion and tau on Qwen2.5-0.5B (scripts/run.sh): channels at 0.8.
-const QWEN_TAU: &str = "0.8";
-
 /// The main job's activations: `generate` takes int8 unless told otherwise, where `eval`
 /// takes f32 (its figures are the exact path's). Int8 also prefills 16k tokens in half the
 /// time.
 const MAIN_JOB_ACTIVATIONS: &str = "int8";
 
-#[test]
-fn on_qwen_channels_find_the_passkey_dense_finds_at_16k_tokens_reading_under_half_the_bytes() {
-    let methods = ["--methods", "channels", "--taus", QWEN_TAU];
-    let rows = one_prompt(qwen(), "passkey", "16384", &methods, "qwen-16k");
-    let (dense, channels) = (record(&rows, "dense"), record(&rows, "channels"));
-    assert_eq!(dense["sums"]["accuracy"], 1.0, "dense misses the passkey");
-    assert_eq!(
-        channels["sums"]["accuracy"], 1.0,
-        "channels miss the passkey dense finds"
-    );
-    let ratio = bytes_ratio(channels);
-    assert!(ratio < 0.5, "channels read {ratio:.3}x the dense K/V bytes");
-}
-
 /// Qwen2.5-0.5B's shipped setting (channels per KV group, calibrated with fidelity held to
-/// int8 activations) finds the passkey dense finds in a 16k prompt, reading fewer K/V bytes.
+/// int8 activations; the main job's, scripts/run.sh) finds the passkey dense finds in a 16k
+/// prompt, reading fewer K/V bytes.
 #[test]
 fn on_qwen_the_shipped_setting_finds_the_passkey_dense_finds_at_16k_tokens() {
     let shipped: Value =
@@ -72,7 +55,7 @@ fn on_qwen_the_shipped_setting_finds_the_passkey_dense_finds_at_16k_tokens() {
     );
     let ratio = bytes_ratio(chosen);
     assert!(
-        ratio < 0.85,
+        ratio < 0.7,
         "the shipped setting read {ratio:.3}x the dense K/V bytes"
     );
 }

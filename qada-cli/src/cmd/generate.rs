@@ -296,6 +296,11 @@ fn common_prefix(a: &Generation, b: &Generation) -> usize {
         .count()
 }
 
+/// Decode steps below which `--compare dense` calls its speeds rough: a step varies by 10-50 %
+/// on a shared 2-core host (a few steps of Qwen2.5-0.5B at 16k read 0.90-1.15x in four runs
+/// of the same command), where `qada bench` times 32 a rep.
+const STEADY_STEPS: usize = 16;
+
 /// `--compare dense`: the chosen criterion against dense from the same prefill.
 fn report_comparison(
     e: &mut impl Write,
@@ -315,6 +320,16 @@ fn report_comparison(
         dense_acc.kv_bytes / 1e6 / (dense.decode_steps.max(1) as f64),
         acc.kv_bytes_ratio()
     );
+    let steps = g.decode_steps.min(dense.decode_steps);
+    if steps < STEADY_STEPS {
+        let _ = writeln!(
+            e,
+            "  ({steps} decode steps: the speeds are a rough figure, within the host's spread; \
+             `qada bench --depth {}` with the same model and criterion times 32 a run, dense and \
+             it alternated)",
+            g.prompt_ids.len()
+        );
+    }
     let same = common_prefix(g, dense);
     let _ = writeln!(
         e,
