@@ -296,9 +296,9 @@ fn common_prefix(a: &Generation, b: &Generation) -> usize {
         .count()
 }
 
-/// Decode steps below which `--compare dense` calls its speeds rough: a step varies by 10-50 %
-/// on a shared 2-core host (a few steps of Qwen2.5-0.5B at 16k read 0.90-1.15x in four runs
-/// of the same command), where `qada bench` times 32 a rep.
+/// Decode steps below which `--compare dense` calls its speeds rough: a step varies by tens of
+/// percent on a shared 2-core host (the main job's five steps on Qwen2.5-0.5B at 16k read
+/// 0.90x, 0.95x and 1.08x dense in three runs), where `qada bench` times 32 a run.
 const STEADY_STEPS: usize = 16;
 
 /// `--compare dense`: the chosen criterion against dense from the same prefill.
