@@ -11,6 +11,7 @@
 #   bash scripts/run.sh                       the main job
 #   bash scripts/run.sh --kv q8               other generate flags are passed on
 #   bash scripts/run.sh --criterion channels --tau 0.8   a setting of your own
+#   bash scripts/run.sh --max-new-tokens 48 --ignore-eos   more decode steps to time
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/setup.sh --model qwen2.5-0.5b
@@ -27,5 +28,10 @@ tail -c +40001 "$all" > "$all.rest"
 head -c 40000 "$all.rest" >> "$prompt"
 rm -f "$all.rest"
 printf '\n\nQuestion: What is the secret code of the speech collection, according to the archivist? Answer with the number only.' >> "$prompt"
+# 16 new tokens unless the caller says how many (a flag given twice is refused)
+max=(--max-new-tokens 16)
+for arg in "$@"; do
+    case "$arg" in --max-new-tokens | --max-new-tokens=*) max=() ;; esac
+done
 ./target/release/qada-cli generate --model qwen2.5-0.5b --prompt-file "$prompt" \
-    --compare dense --max-new-tokens 16 "$@"
+    --compare dense "${max[@]}" "$@"

@@ -1,5 +1,6 @@
 //! End-to-end tests of page selection on the real models: the passkey at 16k tokens on
-//! Qwen2.5-0.5B under its shipped setting (the main job's), the needle at 4k on Gemma 3 under
+//! Qwen2.5-0.5B under its shipped setting (the main job's) and under channels at tau 0.8, the
+//! needle at 4k on Gemma 3 under
 //! its shipped setting (channels behind no gate), `generate --compare dense` (pages), and the
 //! errors of bad page settings.
 
@@ -21,6 +22,24 @@ fn qwen() -> &'static str {
 /// takes f32 (its figures are the exact path's). Int8 also prefills 16k tokens in half the
 /// time.
 const MAIN_JOB_ACTIVATIONS: &str = "int8";
+
+/// Channels at tau 0.8 with 8 channels: the setting of your own that README and scripts/run.sh
+/// name (the main job before 749de51), reading under half of the bytes.
+const QWEN_TAU: &str = "0.8";
+
+#[test]
+fn on_qwen_channels_find_the_passkey_dense_finds_at_16k_tokens_reading_under_half_the_bytes() {
+    let methods = ["--methods", "channels", "--taus", QWEN_TAU];
+    let rows = one_prompt(qwen(), "passkey", "16384", &methods, "qwen-16k");
+    let (dense, channels) = (record(&rows, "dense"), record(&rows, "channels"));
+    assert_eq!(dense["sums"]["accuracy"], 1.0, "dense misses the passkey");
+    assert_eq!(
+        channels["sums"]["accuracy"], 1.0,
+        "channels miss the passkey dense finds"
+    );
+    let ratio = bytes_ratio(channels);
+    assert!(ratio < 0.5, "channels read {ratio:.3}x the dense K/V bytes");
+}
 
 /// Qwen2.5-0.5B's shipped setting (channels per KV group, calibrated with fidelity held to
 /// int8 activations; the main job's, scripts/run.sh) finds the passkey dense finds in a 16k

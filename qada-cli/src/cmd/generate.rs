@@ -298,7 +298,7 @@ fn common_prefix(a: &Generation, b: &Generation) -> usize {
 
 /// Decode steps below which `--compare dense` calls its speeds rough: a step varies by tens of
 /// percent on a shared 2-core host (the main job's five steps on Qwen2.5-0.5B at 16k read
-/// 0.90x, 0.95x and 1.08x dense in three runs), where `qada bench` times 32 a run.
+/// 0.90x, 0.95x and 1.08x dense in three runs), where `qada bench` times `NEW_TOKENS` a run.
 const STEADY_STEPS: usize = 16;
 
 /// `--compare dense`: the chosen criterion against dense from the same prefill.
@@ -325,9 +325,10 @@ fn report_comparison(
         let _ = writeln!(
             e,
             "  ({steps} decode steps: the speeds are a rough figure, within the host's spread; \
-             `qada bench --depth {}` with the same model and criterion times 32 a run, dense and \
+             `qada bench --depth {}` with the same model and criterion times {} a run, dense and \
              it alternated)",
-            g.prompt_ids.len()
+            g.prompt_ids.len(),
+            super::bench::NEW_TOKENS
         );
     }
     let same = common_prefix(g, dense);

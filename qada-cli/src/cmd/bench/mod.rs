@@ -40,6 +40,9 @@ use crate::host::{cpu_description, cpu_simd_flags, COMMIT};
 use bandwidth::read_bandwidth;
 use decide_then_dense::DecideThenDense;
 
+/// Tokens a bench run decodes unless told otherwise (`--new-tokens`).
+pub const NEW_TOKENS: usize = 32;
+
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
@@ -50,7 +53,7 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', default_value = "0,2048,4096,8000")]
     depth: Vec<usize>,
     /// Tokens decoded per run.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = NEW_TOKENS)]
     new_tokens: usize,
     /// Tokens of the timed prefill block after each depth (0: no prefill timing).
     #[arg(long, default_value_t = 512)]
