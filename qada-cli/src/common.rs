@@ -213,6 +213,10 @@ pub struct CriterionArgs {
     /// fixes criterion, tau, group, page, channels, clusters, margin, sink and local.
     #[arg(long)]
     pub setting: Option<String>,
+    /// Where [`CriterionArgs::resolve`] took the criterion from, as `--setting` takes it
+    /// (`shipped` or a file; not a flag): how to name the same setting to another command.
+    #[arg(skip)]
+    pub resolved_setting: Option<String>,
     /// Threshold on the local share of the softmax mass, in (0, 1) (default 0.6).
     #[arg(long)]
     pub tau: Option<f64>,
@@ -462,6 +466,7 @@ impl CriterionArgs {
                 setting.describe()
             )));
         }
+        self.resolved_setting = Some(explicit.unwrap_or_else(|| "shipped".into()));
         self.criterion = Some(setting.criterion.clone());
         self.tau = setting.tau;
         self.group = setting

@@ -85,8 +85,8 @@ fn generate_streams_text_and_reports_sparsity() {
 #[test]
 fn generate_compare_dense_calls_a_few_steps_rough() {
     let m = model();
-    let run = |tokens: &str| {
-        let o = qada(&[
+    let run_with = |tokens: &str, criterion: &[&str]| {
+        let mut args = vec![
             "generate",
             "--model",
             m.to_str().unwrap(),
@@ -95,19 +95,28 @@ fn generate_compare_dense_calls_a_few_steps_rough() {
             "--max-new-tokens",
             tokens,
             "--ignore-eos",
-            "--criterion",
-            "approx",
             "--compare",
             "dense",
-        ]);
+        ];
+        args.extend_from_slice(criterion);
+        let o = qada(&args);
         assert!(o.status.success(), "{}", stderr(&o));
         stderr(&o)
     };
+    let run = |tokens: &str| run_with(tokens, &["--criterion", "approx"]);
     let few = run("4");
     assert!(
         few.contains("decode steps: the speeds are a rough figure")
             && few.contains("qada bench --depth"),
         "{few}"
+    );
+    assert!(few.contains("with the same criterion flags"), "{few}");
+    // the default is the shipped setting, which bench takes only when told (its default is
+    // approx): the note names the flag
+    let shipped = run_with("4", &[]);
+    assert!(
+        shipped.contains("rough figure") && shipped.contains("--setting shipped`"),
+        "{shipped}"
     );
     let many = run("20");
     assert!(

@@ -267,7 +267,7 @@ fn text_report(a: &Args, model: &Model, out: &Outcome) {
         }
     }
     if let Some((dense, dense_acc)) = &out.compared {
-        report_comparison(&mut e, g, dense, acc, dense_acc);
+        report_comparison(&mut e, a, g, dense, acc, dense_acc);
     }
     if acc.sliding_layer_steps > 0 {
         let n_layers = model.config().n_layers;
@@ -304,6 +304,7 @@ const STEADY_STEPS: usize = 16;
 /// `--compare dense`: the chosen criterion against dense from the same prefill.
 fn report_comparison(
     e: &mut impl Write,
+    a: &Args,
     g: &Generation,
     dense: &Generation,
     acc: &Accounting,
@@ -322,12 +323,18 @@ fn report_comparison(
     );
     let steps = g.decode_steps.min(dense.decode_steps);
     if steps < STEADY_STEPS {
+        // bench defaults to approx, not to the shipped setting: name the setting it must take
+        let same = match &a.criterion.resolved_setting {
+            Some(s) => format!("`qada bench --depth {} --setting {s}`", g.prompt_ids.len()),
+            None => format!(
+                "`qada bench --depth {}` with the same criterion flags",
+                g.prompt_ids.len()
+            ),
+        };
         let _ = writeln!(
             e,
             "  ({steps} decode steps: the speeds are a rough figure, within the host's spread; \
-             `qada bench --depth {}` with the same model and criterion times {} a run, dense and \
-             it alternated)",
-            g.prompt_ids.len(),
+             {same} on the same model times {} a run, dense and it alternated)",
             super::bench::NEW_TOKENS
         );
     }
