@@ -213,10 +213,11 @@ pub struct CriterionArgs {
     /// fixes criterion, tau, group, page, channels, clusters, margin, sink and local.
     #[arg(long)]
     pub setting: Option<String>,
-    /// Where [`CriterionArgs::resolve`] took the criterion from, as `--setting` takes it
-    /// (`shipped` or a file; not a flag): how to name the same setting to another command.
+    /// The flags that give another command the criterion [`CriterionArgs::resolve`] chose
+    /// where the user's own flags do not (`--setting shipped`, `--setting FILE`, or
+    /// `--criterion dense` where it fell back to dense); `None` where they do. Not a flag.
     #[arg(skip)]
-    pub resolved_setting: Option<String>,
+    pub resolved_flags: Option<String>,
     /// Threshold on the local share of the softmax mass, in (0, 1) (default 0.6).
     #[arg(long)]
     pub tau: Option<f64>,
@@ -437,6 +438,7 @@ impl CriterionArgs {
                 Some((name, s)) => (s, format!("the default, shipped for {name}")),
                 None => {
                     self.criterion = Some("dense".into());
+                    self.resolved_flags = Some("--criterion dense".into());
                     return Ok(Some(
                         "setting: dense (no calibrated setting ships for this model; `qada \
                          calibrate tau --budget 0.02 --out S.json` makes one, --setting S.json \
@@ -460,13 +462,15 @@ impl CriterionArgs {
             && (ctx <= setting.local || setting.dense_below.is_some_and(|n| n > ctx))
         {
             self.criterion = Some("dense".into());
+            self.resolved_flags = Some("--criterion dense".into());
             return Ok(Some(format!(
                 "setting: dense ({source}: {} never decides in a context of {ctx} tokens); \
                  --criterion chooses another",
                 setting.describe()
             )));
         }
-        self.resolved_setting = Some(explicit.unwrap_or_else(|| "shipped".into()));
+        let from = explicit.unwrap_or_else(|| "shipped".into());
+        self.resolved_flags = Some(format!("--setting {from}"));
         self.criterion = Some(setting.criterion.clone());
         self.tau = setting.tau;
         self.group = setting

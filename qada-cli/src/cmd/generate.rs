@@ -267,7 +267,14 @@ fn text_report(a: &Args, model: &Model, out: &Outcome) {
         }
     }
     if let Some((dense, dense_acc)) = &out.compared {
-        report_comparison(&mut e, a, g, dense, acc, dense_acc);
+        report_comparison(
+            &mut e,
+            a.criterion.resolved_flags.as_deref(),
+            g,
+            dense,
+            acc,
+            dense_acc,
+        );
     }
     if acc.sliding_layer_steps > 0 {
         let n_layers = model.config().n_layers;
@@ -301,10 +308,11 @@ fn common_prefix(a: &Generation, b: &Generation) -> usize {
 /// 0.90x, 0.95x and 1.08x dense in three runs), where `qada bench` times `NEW_TOKENS` a run.
 const STEADY_STEPS: usize = 16;
 
-/// `--compare dense`: the chosen criterion against dense from the same prefill.
+/// `--compare dense`: the chosen criterion against dense from the same prefill; `flags`
+/// give bench the same criterion where the user's own do not.
 fn report_comparison(
     e: &mut impl Write,
-    a: &Args,
+    flags: Option<&str>,
     g: &Generation,
     dense: &Generation,
     acc: &Accounting,
@@ -323,13 +331,11 @@ fn report_comparison(
     );
     let steps = g.decode_steps.min(dense.decode_steps);
     if steps < STEADY_STEPS {
-        // bench defaults to approx, not to the shipped setting: name the setting it must take
-        let same = match &a.criterion.resolved_setting {
-            Some(s) => format!("`qada bench --depth {} --setting {s}`", g.prompt_ids.len()),
-            None => format!(
-                "`qada bench --depth {}` with the same criterion flags",
-                g.prompt_ids.len()
-            ),
+        // bench defaults to approx, not to generate's shipped setting: name what it must take
+        let depth = g.prompt_ids.len();
+        let same = match flags {
+            Some(f) => format!("`qada bench --depth {depth} {f}`"),
+            None => format!("`qada bench --depth {depth}` with the same criterion flags"),
         };
         let _ = writeln!(
             e,
