@@ -49,10 +49,34 @@ fn haystack() -> &'static str {
     })
 }
 
-/// More tokens than any task's inserted statements take together. Measured over 40 seeds at
-/// 3000 tokens: at most 141 for variable tracking's 10 links, 92 for the needle tasks'
-/// statements.
+/// The haystack's tokens as the prompts read it, after a space.
+fn hay_tokens() -> &'static [u32] {
+    static T: OnceLock<Vec<u32>> = OnceLock::new();
+    T.get_or_init(|| {
+        tok()
+            .encode_continuation(&format!(" {}", haystack().trim_start()))
+            .unwrap()
+    })
+}
+
+/// More tokens than any task's inserted statements take together (`check` counts them in
+/// every prompt; over 40 seeds at 3000 tokens: at most 141 for variable tracking's 10 links,
+/// 92 for the needle tasks' statements).
 const STATEMENTS_MAX: f64 = 180.0;
+
+/// The tokens of a prompt's context that are not the haystack's leading tokens, matched in
+/// order. A statement token that happens to equal the next haystack token is matched, so
+/// this is at most the statements' tokens, and equal unless such a token occurs.
+fn inserted_tokens(p: &TaskPrompt) -> usize {
+    let (ctx, hay) = (&p.ids[p.haystack.clone()], hay_tokens());
+    let mut j = 0;
+    for &t in ctx {
+        if j < hay.len() && hay[j] == t {
+            j += 1;
+        }
+    }
+    ctx.len() - j
+}
 
 fn prompts() -> RulerPrompts<'static> {
     RulerPrompts::new(tok()).unwrap()
@@ -66,10 +90,7 @@ fn set(v: &[String]) -> BTreeSet<String> {
 /// `depth` of the haystack tokens around it, which are the haystack's leading tokens, and
 /// reads as a sentence of its own (`end. One of ... . Next`).
 fn check_single_needle_depth(p: &TaskPrompt, depth: f64) {
-    // the haystack as the prompts read it, after a space
-    let hay = tok()
-        .encode_continuation(&format!(" {}", haystack().trim_start()))
-        .unwrap();
+    let hay = hay_tokens();
     let needle = p.needles[0].clone();
     let mut around = p.ids[p.haystack.start..needle.start].to_vec();
     around.extend_from_slice(&p.ids[needle.end..p.haystack.end]);
@@ -171,6 +192,11 @@ fn check(task: RulerTask, len: usize, depth: f64, seed: u64) {
         // [target - SENTENCE_SEARCH - I, target + I].
         let at = (p.needles[0].start - p.haystack.start) as f64;
         let target = depth * p.haystack.len() as f64;
+        let inserted = inserted_tokens(&p) as f64;
+        assert!(
+            inserted <= STATEMENTS_MAX,
+            "{task:?}: {inserted} inserted tokens"
+        );
         let (before, after) = (SENTENCE_SEARCH as f64 + STATEMENTS_MAX, STATEMENTS_MAX);
         assert!(
             target - before <= at && at <= target + after,
