@@ -14,7 +14,7 @@ use qada_stats::simd::x86::{hsum, hsum4};
 use qada_stats::simd::Avx2;
 use qada_stats::ChannelColumn;
 
-use super::column_tile::{tile_stride, COLUMNS_PER_PASS, MAX_HEADS};
+use super::column_tile::{tile_stride, MAX_HEADS, PREFETCH_PAGES};
 use super::exp_constants::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
 
 /// `q . row` over the common prefix of `q` and `row` ([`crate::attention::Elem::dot`]).
@@ -478,9 +478,10 @@ pub unsafe fn axpy(_: Avx2, acc: &mut [f32], w: f32, row: &[f16]) {
 }
 
 /// [`crate::attention::column_page_masses`] on 8 lanes: per page, the scores of every head
-/// into `tile` (columns added [`COLUMNS_PER_PASS`] at a time, each 8-row chunk of their codes
-/// converted and scaled once for all heads), then each head's maximum and exponentials in
-/// the tile.
+/// into `tile` ([`score_heads`]: every column's 16-row chunk of codes converted and scaled
+/// once per block of 4 heads, the block's sums kept in registers over all the columns; the
+/// codes and scales of the page [`PREFETCH_PAGES`] ahead prefetched), then each head's
+/// maximum and exponentials in the tile.
 ///
 /// # Safety
 /// The CPU has AVX2, FMA and F16C (the token proves it); `columns` is not empty and every
@@ -503,7 +504,6 @@ pub unsafe fn column_page_masses(
     let stride = tile_stride(page);
     debug_assert!(tile.len() >= heads * stride && out.len() >= heads * n_pages);
     debug_assert!(stride.is_multiple_of(8) && heads <= MAX_HEADS);
-    let (tp, wp) = (tile.as_mut_ptr(), weights.as_ptr());
     // per head, the largest score and the sum of exponentials of the last (up to) 8 pages
     let mut pending = [([0.0f32; 8], [1.0f32; 8]); MAX_HEADS];
     // per head, the page's largest score in every lane
@@ -511,47 +511,46 @@ pub unsafe fn column_page_masses(
     for p in 0..n_pages {
         let start = p * page;
         let len = page.min(t - start);
-        let full = len / 8 * 8;
-        for (pass, cols) in columns.chunks(COLUMNS_PER_PASS).enumerate() {
-            let c0 = pass * COLUMNS_PER_PASS;
-            let mut scale = [0.0f32; COLUMNS_PER_PASS];
-            for (s, col) in scale.iter_mut().zip(cols) {
-                *s = col.scales[p * col.stride];
+        if p + PREFETCH_PAGES < n_pages {
+            // a step finds the copy out of the caches (the hardware's prefetch does not
+            // follow 16 columns a page at a time): ask for a later page's codes and scales
+            // while this one is scored
+            let ahead = p + PREFETCH_PAGES;
+            // SAFETY: a prefetch reads nothing and cannot fault; the addresses are in range
+            // anyway (page `ahead` < n_pages: its first code and scale exist).
+            for col in columns {
+                let codes = col.codes.as_ptr().wrapping_add(ahead * page);
+                let scale = col.scales.as_ptr().wrapping_add(ahead * col.stride);
+                _mm_prefetch::<_MM_HINT_T0>(codes.cast());
+                _mm_prefetch::<_MM_HINT_T0>(scale.cast());
             }
-            // SAFETY: rows start + i + 8 <= start + len <= t of every column; weights
-            // h r + c0 + k < heads r; tile h stride + i + 8 <= heads stride (i + 8 <= len <=
-            // stride).
-            let mut i = 0;
-            while i < full {
-                let mut v = [_mm256_setzero_ps(); COLUMNS_PER_PASS];
-                for ((x, col), s) in v.iter_mut().zip(cols).zip(&scale) {
-                    let bytes = _mm_loadl_epi64(col.codes.as_ptr().add(start + i).cast());
-                    let codes = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
-                    *x = _mm256_mul_ps(codes, _mm256_broadcast_ss(s));
+        }
+        // the scores of every head into the tile: heads in blocks of up to 4 and rows two
+        // chunks of 8 at a time, so that each block's 8 accumulators are independent chains
+        // held in registers over all the columns (the sums are taken column by column in
+        // order, as the portable loop takes them)
+        // SAFETY: rows start + i + 8 NC <= start + len <= t of every column, and the tile's
+        // rows h stride + i + 8 NC <= heads stride (i + 8 NC <= len <= stride): the contract
+        // of `score_heads`.
+        let mut i = 0;
+        while i + 16 <= len {
+            let to = tile.as_mut_ptr().add(i);
+            score_heads::<2>(columns, weights, p, start + i, to, stride);
+            i += 16;
+        }
+        if i + 8 <= len {
+            let to = tile.as_mut_ptr().add(i);
+            score_heads::<1>(columns, weights, p, start + i, to, stride);
+            i += 8;
+        }
+        for i in i..len {
+            for h in 0..heads {
+                let mut x = 0.0f32;
+                for (c, col) in columns.iter().enumerate() {
+                    x += weights[h * r + c]
+                        * (col.scales[p * col.stride] * col.codes[start + i] as f32);
                 }
-                for h in 0..heads {
-                    let dst = tp.add(h * stride + i);
-                    let mut acc = if pass == 0 {
-                        _mm256_setzero_ps()
-                    } else {
-                        _mm256_loadu_ps(dst)
-                    };
-                    for (k, x) in v.iter().enumerate().take(cols.len()) {
-                        let w = _mm256_broadcast_ss(&*wp.add(h * r + c0 + k));
-                        acc = _mm256_fmadd_ps(w, *x, acc);
-                    }
-                    _mm256_storeu_ps(dst, acc);
-                }
-                i += 8;
-            }
-            for i in full..len {
-                for h in 0..heads {
-                    let mut x = if pass == 0 { 0.0 } else { tile[h * stride + i] };
-                    for (k, col) in cols.iter().enumerate() {
-                        x += weights[h * r + c0 + k] * (scale[k] * col.codes[start + i] as f32);
-                    }
-                    tile[h * stride + i] = x;
-                }
+                tile[h * stride + i] = x;
             }
         }
         // each head's largest score, then (a second loop, so that the heads' exponentials
@@ -606,6 +605,79 @@ pub unsafe fn column_page_masses(
                 _mm256_storeu_ps(v.as_mut_ptr(), lse);
                 out[h * n_pages + p0..=h * n_pages + p].copy_from_slice(&v[..=lane]);
             }
+        }
+    }
+}
+
+/// Rows `row..row + 8 NC` of every head's scores `sum_c w_hc (s_cp c_ic)` into
+/// `to[h stride..]`: heads in blocks of up to 4, each block's `4 NC` accumulators held in
+/// registers over all the columns (independent chains, so that the fused multiply-adds
+/// overlap instead of waiting on each other), each chunk of codes converted once a block.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C; every column holds codes `row..row + 8 NC` and the scale
+/// of page `p`; `weights` is `heads x columns.len()`; `to` is valid for writes of
+/// `(heads - 1) stride + 8 NC` values.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn score_heads<const NC: usize>(
+    columns: &[ChannelColumn<'_>],
+    weights: &[f32],
+    p: usize,
+    row: usize,
+    to: *mut f32,
+    stride: usize,
+) {
+    let r = columns.len();
+    let heads = weights.len() / r;
+    let mut h0 = 0;
+    while heads - h0 >= 4 {
+        score_block::<4, NC>(columns, weights, h0, p, row, to, stride);
+        h0 += 4;
+    }
+    match heads - h0 {
+        3 => score_block::<3, NC>(columns, weights, h0, p, row, to, stride),
+        2 => score_block::<2, NC>(columns, weights, h0, p, row, to, stride),
+        1 => score_block::<1, NC>(columns, weights, h0, p, row, to, stride),
+        _ => {}
+    }
+}
+
+/// [`score_heads`] for the `NH` heads from `h0` (the same contract).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn score_block<const NH: usize, const NC: usize>(
+    columns: &[ChannelColumn<'_>],
+    weights: &[f32],
+    h0: usize,
+    p: usize,
+    row: usize,
+    to: *mut f32,
+    stride: usize,
+) {
+    let r = columns.len();
+    let w = weights.as_ptr().add(h0 * r);
+    let mut acc = [[_mm256_setzero_ps(); NC]; NH];
+    for (c, col) in columns.iter().enumerate() {
+        // SAFETY: codes row + 8 n + 8 <= row + 8 NC and the scale of page p exist (the
+        // caller's contract); weights (h0 + k) r + c < heads r.
+        let scale = _mm256_broadcast_ss(col.scales.get_unchecked(p * col.stride));
+        let mut x = [_mm256_setzero_ps(); NC];
+        for (n, x) in x.iter_mut().enumerate() {
+            let bytes = _mm_loadl_epi64(col.codes.as_ptr().add(row + 8 * n).cast());
+            *x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), scale);
+        }
+        for (k, acc) in acc.iter_mut().enumerate() {
+            let wv = _mm256_broadcast_ss(&*w.add(k * r + c));
+            for (a, x) in acc.iter_mut().zip(&x) {
+                *a = _mm256_fmadd_ps(wv, *x, *a);
+            }
+        }
+    }
+    for (k, acc) in acc.iter().enumerate() {
+        for (n, a) in acc.iter().enumerate() {
+            // SAFETY: (h0 + k) stride + 8 n + 8 <= (heads - 1) stride + 8 NC.
+            _mm256_storeu_ps(to.add((h0 + k) * stride + 8 * n), *a);
         }
     }
 }

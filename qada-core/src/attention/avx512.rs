@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 use qada_stats::simd::Avx512;
 use qada_stats::ChannelColumn;
 
-use super::column_tile::{tile_len, tile_stride, MAX_HEADS};
+use super::column_tile::{tile_len, tile_stride, MAX_HEADS, PREFETCH_PAGES};
 use super::exp_constants::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
 
 /// Columns one pass adds into the tile: eight 16-row chunks of them stay in registers.
@@ -78,9 +78,6 @@ unsafe fn ln16(x: __m512) -> __m512 {
     y = _mm512_fnmadd_ps(_mm512_set1_ps(0.5), z, y);
     _mm512_fmadd_ps(e, _mm512_set1_ps(LN2_HI), _mm512_add_ps(f, y))
 }
-
-/// How many pages ahead the kernel prefetches the columns' codes and scales.
-const PREFETCH_PAGES: usize = 8;
 
 /// Pages one block of the kernel scores before their maxima and sums are reduced together:
 /// one page per lane.

@@ -1,5 +1,6 @@
 //! The tile in which the column page masses are taken (`column_masses.rs` and its AVX2 and
-//! AVX-512 kernels): its stride per head and how many heads and columns a pass takes.
+//! AVX-512 kernels): its stride per head, how many heads it holds, and how far ahead the
+//! kernels prefetch.
 
 /// Values per head in the tile: the page size rounded up to 16, whole vectors of 8 or 16
 /// lanes (the rows past the page hold `-inf`).
@@ -17,5 +18,5 @@ pub(crate) fn tile_len(heads: usize, page: usize) -> usize {
 /// Most heads one call scores (a KV group of a selecting criterion has at most 64).
 pub(crate) const MAX_HEADS: usize = 64;
 
-/// Most columns one pass of the kernel adds into the tile (more are added in further passes).
-pub(crate) const COLUMNS_PER_PASS: usize = 4;
+/// How many pages ahead the AVX2 and AVX-512 kernels prefetch the columns' codes and scales.
+pub(crate) const PREFETCH_PAGES: usize = 8;
