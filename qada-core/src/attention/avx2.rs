@@ -14,7 +14,7 @@ use qada_stats::simd::x86::{hsum, hsum4};
 use qada_stats::simd::Avx2;
 use qada_stats::ChannelColumn;
 
-use super::column_tile::{tile_stride, MAX_HEADS, PREFETCH_PAGES};
+use super::column_tile::{prefetch_ahead, tile_stride, MAX_HEADS};
 use super::exp_constants::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
 
 /// `q . row` over the common prefix of `q` and `row` ([`crate::attention::Elem::dot`]).
@@ -480,7 +480,7 @@ pub unsafe fn axpy(_: Avx2, acc: &mut [f32], w: f32, row: &[f16]) {
 /// [`crate::attention::column_page_masses`] on 8 lanes: per page, the scores of every head
 /// into `tile` ([`score_heads`]: every column's 16-row chunk of codes converted and scaled
 /// once per block of 4 heads, the block's sums kept in registers over all the columns; the
-/// codes and scales of the page [`PREFETCH_PAGES`] ahead prefetched), then each head's
+/// codes and scales of a later page prefetched, [`prefetch_ahead`]), then each head's
 /// maximum and exponentials in the tile.
 ///
 /// # Safety
@@ -511,20 +511,7 @@ pub unsafe fn column_page_masses(
     for p in 0..n_pages {
         let start = p * page;
         let len = page.min(t - start);
-        if p + PREFETCH_PAGES < n_pages {
-            // a step finds the copy out of the caches (the hardware's prefetch does not
-            // follow 16 columns a page at a time): ask for a later page's codes and scales
-            // while this one is scored
-            let ahead = p + PREFETCH_PAGES;
-            // SAFETY: a prefetch reads nothing and cannot fault; the addresses are in range
-            // anyway (page `ahead` < n_pages: its first code and scale exist).
-            for col in columns {
-                let codes = col.codes.as_ptr().wrapping_add(ahead * page);
-                let scale = col.scales.as_ptr().wrapping_add(ahead * col.stride);
-                _mm_prefetch::<_MM_HINT_T0>(codes.cast());
-                _mm_prefetch::<_MM_HINT_T0>(scale.cast());
-            }
-        }
+        prefetch_ahead(columns, p, page, n_pages);
         // the scores of every head into the tile: heads in blocks of up to 4 and rows two
         // chunks of 8 at a time, so that each block's 8 accumulators are independent chains
         // held in registers over all the columns (the sums are taken column by column in

@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 use qada_stats::simd::Avx512;
 use qada_stats::ChannelColumn;
 
-use super::column_tile::{tile_len, tile_stride, MAX_HEADS, PREFETCH_PAGES};
+use super::column_tile::{prefetch_ahead, tile_len, tile_stride, MAX_HEADS};
 use super::exp_constants::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
 
 /// Columns one pass adds into the tile: eight 16-row chunks of them stay in registers.
@@ -158,19 +158,7 @@ pub unsafe fn column_page_masses(
             let start = p * page;
             let len = page.min(t - start);
             let full = len / 16 * 16;
-            if p + PREFETCH_PAGES < n_pages {
-                // a step finds the copy out of the caches: ask for a later page's codes and
-                // scales while this one is scored
-                let ahead = p + PREFETCH_PAGES;
-                // SAFETY: a prefetch reads nothing and cannot fault; the addresses are in
-                // range anyway (page `ahead` < n_pages: its first code and scale exist).
-                for col in columns {
-                    let codes = col.codes.as_ptr().wrapping_add(ahead * page);
-                    let scale = col.scales.as_ptr().wrapping_add(ahead * col.stride);
-                    _mm_prefetch::<_MM_HINT_T0>(codes.cast());
-                    _mm_prefetch::<_MM_HINT_T0>(scale.cast());
-                }
-            }
+            prefetch_ahead(columns, p, page, n_pages);
             for (pass, cols) in columns.chunks(COLUMNS_PER_PASS).enumerate() {
                 let c0 = pass * COLUMNS_PER_PASS;
                 let mut scale = [0.0f32; COLUMNS_PER_PASS];

@@ -19,4 +19,34 @@ pub(crate) fn tile_len(heads: usize, page: usize) -> usize {
 pub(crate) const MAX_HEADS: usize = 64;
 
 /// How many pages ahead the AVX2 and AVX-512 kernels prefetch the columns' codes and scales.
-pub(crate) const PREFETCH_PAGES: usize = 8;
+const PREFETCH_PAGES: usize = 8;
+
+/// Ask for the codes and scales of page `p + PREFETCH_PAGES` of every column (pages of `page`
+/// rows, `n_pages` in all) while page `p` is scored: a step finds the copy out of the caches,
+/// and the hardware's prefetch does not follow many columns a page at a time. Nothing past
+/// the last page.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn prefetch_ahead(
+    columns: &[qada_stats::ChannelColumn<'_>],
+    p: usize,
+    page: usize,
+    n_pages: usize,
+) {
+    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    let ahead = p + PREFETCH_PAGES;
+    if ahead >= n_pages {
+        return;
+    }
+    for col in columns {
+        let codes = col.codes.as_ptr().wrapping_add(ahead * page);
+        let scale = col.scales.as_ptr().wrapping_add(ahead * col.stride);
+        // SAFETY: a prefetch reads nothing and cannot fault (SSE, part of every x86_64); the
+        // addresses are in range anyway (page `ahead` < n_pages: its first code and scale
+        // exist in a column checked by the kernel's caller).
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(codes.cast());
+            _mm_prefetch::<_MM_HINT_T0>(scale.cast());
+        }
+    }
+}
