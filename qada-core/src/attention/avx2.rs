@@ -14,8 +14,8 @@ use qada_stats::simd::x86::{hsum, hsum4};
 use qada_stats::simd::Avx2;
 use qada_stats::ChannelColumn;
 
-use super::column_tile::{prefetch_ahead, tile_stride, MAX_HEADS};
-use super::exp_constants::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
+use super::column_tile::{prefetch_ahead, tile_len, tile_stride, MAX_HEADS};
+use super::exp_constants::{EXP2_TAYLOR, EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
 
 /// `q . row` over the common prefix of `q` and `row` ([`crate::attention::Elem::dot`]).
 ///
@@ -63,6 +63,35 @@ unsafe fn exp8(x: __m256) -> __m256 {
     let mut p = _mm256_set1_ps(EXP_TAYLOR[0]);
     for &c in &EXP_TAYLOR[1..] {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let bits = _mm256_add_epi32(
+        _mm256_castps_si256(p),
+        _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23),
+    );
+    // inputs below -87 (and -inf) give 0
+    _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), _mm256_castsi256_ps(bits))
+}
+
+/// `exp(x)` on 8 lanes for the page masses, cheaper than [`exp8`]: `x log2 e = n + f` with
+/// `n` the nearest integer, `2^f` by [`EXP2_TAYLOR`] (relative error below `6e-6` with the
+/// rounding of `x log2 e`), `2^n` into the exponent. Inputs below -87 (and -inf) give 0; a
+/// NaN lane gives `exp(-87)`, as [`exp8`].
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C (register operations only).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn exp8_estimate(x: __m256) -> __m256 {
+    let lo = _mm256_set1_ps(EXP_FLOOR);
+    let t = _mm256_mul_ps(
+        _mm256_max_ps(x, lo),
+        _mm256_set1_ps(std::f32::consts::LOG2_E),
+    );
+    let n = _mm256_round_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    let f = _mm256_sub_ps(t, n);
+    let mut p = _mm256_set1_ps(EXP2_TAYLOR[0]);
+    for &c in &EXP2_TAYLOR[1..] {
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c));
     }
     let bits = _mm256_add_epi32(
         _mm256_castps_si256(p),
@@ -477,17 +506,51 @@ pub unsafe fn axpy(_: Avx2, acc: &mut [f32], w: f32, row: &[f16]) {
     }
 }
 
-/// [`crate::attention::column_page_masses`] on 8 lanes: per page, the scores of every head
-/// into `tile` ([`score_heads`]: every column's 16-row chunk of codes converted and scaled
-/// once per block of 4 heads, the block's sums kept in registers over all the columns; the
-/// codes and scales of a later page prefetched, [`prefetch_ahead`]), then each head's
-/// maximum and exponentials in the tile.
+/// Pages one block of [`column_page_masses`] scores before their maxima and sums are
+/// reduced together: one page per lane.
+const PAGES_PER_BLOCK: usize = 8;
+
+/// Reduce 8 vectors to one whose lane `j` is `op` over the 8 lanes of `v[j]` (a transposing
+/// tree: pairs within 128-bit lanes, then across them), 21 operations for 8 horizontal
+/// reductions. Every output lane combines values of its own input vector only.
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C (register operations only).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn reduce8(v: &[__m256; 8], op: impl Fn(__m256, __m256) -> __m256) -> __m256 {
+    // four vectors to one: lane (k, i) holds vector i's value over 128-bit lane k
+    let four = |a: __m256, b: __m256, c: __m256, d: __m256| {
+        let ab = op(_mm256_unpacklo_ps(a, b), _mm256_unpackhi_ps(a, b));
+        let cd = op(_mm256_unpacklo_ps(c, d), _mm256_unpackhi_ps(c, d));
+        op(
+            _mm256_shuffle_ps::<0x44>(ab, cd),
+            _mm256_shuffle_ps::<0xee>(ab, cd),
+        )
+    };
+    let u0 = four(v[0], v[1], v[2], v[3]);
+    let u1 = four(v[4], v[5], v[6], v[7]);
+    // the two 128-bit halves of each: vectors 0..4 in the low half, 4..8 in the high one
+    op(
+        _mm256_permute2f128_ps::<0x20>(u0, u1),
+        _mm256_permute2f128_ps::<0x31>(u0, u1),
+    )
+}
+
+/// [`crate::attention::column_page_masses`] on 8 lanes, in blocks of 8 pages: each page's
+/// scores of every head into `tile` ([`score_heads`]: every column's 16-row chunk of codes
+/// converted and scaled once per block of 4 heads, the block's sums kept in registers over
+/// all the columns; the codes and scales of a later page prefetched, [`prefetch_ahead`]);
+/// then per head the 8 pages' maxima, their exponentials' sums and logarithms as vectors of
+/// one page a lane ([`reduce8`]), so that the pages' exponentials overlap and no page waits
+/// on a horizontal reduction of its own.
 ///
 /// # Safety
 /// The CPU has AVX2, FMA and F16C (the token proves it); `columns` is not empty and every
 /// column holds at least `t` codes and `ceil(t / page)` scales; `weights.len()` is a
-/// multiple of `columns.len()` (`heads` rows); `out` holds `heads x ceil(t / page)` values;
-/// `page >= 1`; `tile` holds `heads x tile_stride(page)` values.
+/// multiple of `columns.len()` (`heads <= MAX_HEADS` rows); `out` holds
+/// `heads x ceil(t / page)` values; `page >= 1`; `tile` holds
+/// [`tile_len`]`(heads, page)` values.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn column_page_masses(
     _: Avx2,
@@ -502,96 +565,93 @@ pub unsafe fn column_page_masses(
     let heads = weights.len() / r;
     let n_pages = t.div_ceil(page);
     let stride = tile_stride(page);
-    debug_assert!(tile.len() >= heads * stride && out.len() >= heads * n_pages);
+    debug_assert!(tile.len() >= tile_len(heads, page) && out.len() >= heads * n_pages);
     debug_assert!(stride.is_multiple_of(8) && heads <= MAX_HEADS);
-    // per head, the largest score and the sum of exponentials of the last (up to) 8 pages
-    let mut pending = [([0.0f32; 8], [1.0f32; 8]); MAX_HEADS];
-    // per head, the page's largest score in every lane
-    let mut tops = [_mm256_setzero_ps(); MAX_HEADS];
-    for p in 0..n_pages {
-        let start = p * page;
-        let len = page.min(t - start);
-        prefetch_ahead(columns, p, page, n_pages);
-        // the scores of every head into the tile: heads in blocks of up to 4 and rows two
-        // chunks of 8 at a time, so that each block's 8 accumulators are independent chains
-        // held in registers over all the columns (the sums are taken column by column in
-        // order, as the portable loop takes them)
-        // SAFETY: rows start + i + 8 NC <= start + len <= t of every column, and the tile's
-        // rows h stride + i + 8 NC <= heads stride (i + 8 NC <= len <= stride): the contract
-        // of `score_heads`.
-        let mut i = 0;
-        while i + 16 <= len {
-            let to = tile.as_mut_ptr().add(i);
-            score_heads::<2>(columns, weights, p, start + i, to, stride);
-            i += 16;
-        }
-        if i + 8 <= len {
-            let to = tile.as_mut_ptr().add(i);
-            score_heads::<1>(columns, weights, p, start + i, to, stride);
-            i += 8;
-        }
-        for i in i..len {
-            for h in 0..heads {
-                let mut x = 0.0f32;
-                for (c, col) in columns.iter().enumerate() {
-                    x += weights[h * r + c]
-                        * (col.scales[p * col.stride] * col.codes[start + i] as f32);
-                }
-                tile[h * stride + i] = x;
-            }
-        }
-        // each head's largest score, then (a second loop, so that the heads' exponentials
-        // overlap instead of waiting on each maximum) its sum of exponentials; the
-        // logarithms 8 pages at a time
-        let lane = p % 8;
-        for (h, top) in tops.iter_mut().enumerate().take(heads) {
-            let row = &mut tile[h * stride..(h + 1) * stride];
-            row[len..].fill(f32::NEG_INFINITY);
-            // SAFETY: the loads read row[i..i + 8] with i + 8 <= stride = row.len().
-            let rp = row.as_ptr();
-            let mut m = _mm256_set1_ps(f32::NEG_INFINITY);
+    // the tile: head h, page j of the block at (h PAGES_PER_BLOCK + j) stride
+    let head_stride = PAGES_PER_BLOCK * stride;
+    let at = |h: usize, j: usize| h * head_stride + j * stride;
+    for b0 in (0..n_pages).step_by(PAGES_PER_BLOCK) {
+        let nb = PAGES_PER_BLOCK.min(n_pages - b0);
+        for j in 0..nb {
+            let p = b0 + j;
+            let start = p * page;
+            let len = page.min(t - start);
+            prefetch_ahead(columns, p, page, n_pages);
+            // the scores of every head into the tile: heads in blocks of up to 4 and rows two
+            // chunks of 8 at a time, so that each block's 8 accumulators are independent
+            // chains held in registers over all the columns (the sums are taken column by
+            // column in order, as the portable loop takes them)
+            // SAFETY: rows start + i + 8 NC <= start + len <= t of every column, and the
+            // tile's values at(h, j) + i + 8 NC <= at(h, j) + stride <= tile_len (i + 8 NC
+            // <= len <= stride, h < heads, j < PAGES_PER_BLOCK): the contract of
+            // `score_heads` with `to` at at(0, j) + i and heads head_stride apart.
             let mut i = 0;
-            while i < stride {
-                // NaN skipped: `max_ps(x, acc)` returns `acc` when `x` is NaN
-                m = _mm256_max_ps(_mm256_loadu_ps(rp.add(i)), m);
+            while i + 16 <= len {
+                let to = tile.as_mut_ptr().add(at(0, j) + i);
+                score_heads::<2>(columns, weights, p, start + i, to, head_stride);
+                i += 16;
+            }
+            if i + 8 <= len {
+                let to = tile.as_mut_ptr().add(at(0, j) + i);
+                score_heads::<1>(columns, weights, p, start + i, to, head_stride);
                 i += 8;
             }
-            *top = hmax_broadcast(m);
+            for i in i..len {
+                for h in 0..heads {
+                    let mut x = 0.0f32;
+                    for (c, col) in columns.iter().enumerate() {
+                        x += weights[h * r + c]
+                            * (col.scales[p * col.stride] * col.codes[start + i] as f32);
+                    }
+                    tile[at(h, j) + i] = x;
+                }
+            }
+            for h in 0..heads {
+                tile[at(h, j) + len..at(h, j) + stride].fill(f32::NEG_INFINITY);
+            }
         }
-        for (h, top) in tops.iter().enumerate().take(heads) {
-            let row = &tile[h * stride..(h + 1) * stride];
-            let m = _mm256_cvtss_f32(*top);
-            let (t, s) = &mut pending[h];
-            if m == f32::NEG_INFINITY {
-                // no finite score: NaN if one is NaN, else -inf (a sum of 1 adds ln 1 = 0)
-                t[lane] = row[..len].iter().copied().find(|x| x.is_nan()).unwrap_or(m);
-                s[lane] = 1.0;
-            } else {
-                // SAFETY: the loads read row[i..i + 8] with i + 8 <= stride = row.len().
-                let rp = row.as_ptr();
-                let mut sum = _mm256_setzero_ps();
+        for h in 0..heads {
+            let rp = tile.as_ptr();
+            // SAFETY: the loads read at(h, j) + i + 8 <= at(h, j) + stride <= tile_len for
+            // the block's pages j < nb (the others are not read).
+            let mut v = [_mm256_set1_ps(f32::NEG_INFINITY); PAGES_PER_BLOCK];
+            for (j, top) in v.iter_mut().enumerate().take(nb) {
                 let mut i = 0;
                 while i < stride {
-                    let x = _mm256_sub_ps(_mm256_loadu_ps(rp.add(i)), *top);
-                    sum = _mm256_add_ps(sum, exp8(x));
+                    // NaN skipped: `max_ps(x, acc)` returns `acc` when `x` is NaN
+                    *top = _mm256_max_ps(_mm256_loadu_ps(rp.add(at(h, j) + i)), *top);
                     i += 8;
                 }
-                t[lane] = m;
-                // at least the largest score's exp(0) = 1
-                s[lane] = hsum(sum).max(1.0);
             }
-        }
-        if lane == 7 || p + 1 == n_pages {
-            let p0 = p - lane;
-            for (h, (t, s)) in pending.iter().enumerate().take(heads) {
-                let mut v = [0.0f32; 8];
-                let lse = _mm256_add_ps(
-                    _mm256_loadu_ps(t.as_ptr()),
-                    ln8(_mm256_loadu_ps(s.as_ptr())),
-                );
-                _mm256_storeu_ps(v.as_mut_ptr(), lse);
-                out[h * n_pages + p0..=h * n_pages + p].copy_from_slice(&v[..=lane]);
+            let mut tops = [0.0f32; PAGES_PER_BLOCK];
+            _mm256_storeu_ps(tops.as_mut_ptr(), reduce8(&v, |a, b| _mm256_max_ps(a, b)));
+            for (j, sum) in v.iter_mut().enumerate() {
+                *sum = _mm256_setzero_ps();
+                if j >= nb || tops[j] == f32::NEG_INFINITY {
+                    continue;
+                }
+                let mv = _mm256_broadcast_ss(&tops[j]);
+                let mut i = 0;
+                while i < stride {
+                    let x = _mm256_sub_ps(_mm256_loadu_ps(rp.add(at(h, j) + i)), mv);
+                    *sum = _mm256_add_ps(*sum, exp8_estimate(x));
+                    i += 8;
+                }
             }
+            // at least the largest score's exp(0) = 1 (and 1 where no score is finite, which
+            // adds ln 1 = 0)
+            let sums = _mm256_max_ps(reduce8(&v, |a, b| _mm256_add_ps(a, b)), _mm256_set1_ps(1.0));
+            for j in 0..nb {
+                if tops[j] == f32::NEG_INFINITY {
+                    // no finite score: NaN if one is NaN, else -inf
+                    let row = &tile[at(h, j)..at(h, j) + page.min(t - (b0 + j) * page)];
+                    tops[j] = row.iter().copied().find(|x| x.is_nan()).unwrap_or(tops[j]);
+                }
+            }
+            let lse = _mm256_add_ps(_mm256_loadu_ps(tops.as_ptr()), ln8(sums));
+            let mut o = [0.0f32; PAGES_PER_BLOCK];
+            _mm256_storeu_ps(o.as_mut_ptr(), lse);
+            out[h * n_pages + b0..h * n_pages + b0 + nb].copy_from_slice(&o[..nb]);
         }
     }
 }
@@ -669,16 +729,35 @@ unsafe fn score_block<const NH: usize, const NC: usize>(
     }
 }
 
-/// The largest lane of `v` (no NaN) in every lane: three shuffles and maxima, no trip
-/// through memory.
-///
-/// # Safety
-/// The CPU has AVX2, FMA and F16C (register operations only).
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hmax_broadcast(v: __m256) -> __m256 {
-    // SAFETY: register operations only; the CPU features are the caller's proof.
-    let v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
-    let v = _mm256_max_ps(v, _mm256_shuffle_ps(v, v, 0b01_00_11_10));
-    _mm256_max_ps(v, _mm256_shuffle_ps(v, v, 0b10_11_00_01))
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `exp8_estimate` of 8 lanes through memory.
+    fn estimate(x: [f32; 8]) -> [f32; 8] {
+        let mut y = [0.0f32; 8];
+        // SAFETY: the token proves the features; `x` and `y` hold 8 f32 each.
+        unsafe { _mm256_storeu_ps(y.as_mut_ptr(), exp8_estimate(_mm256_loadu_ps(x.as_ptr()))) };
+        y
+    }
+
+    #[test]
+    fn the_estimate_exp_is_within_6e_6_relative_and_flushes_below_the_floor() {
+        if Avx2::detect().is_none() {
+            return;
+        }
+        let mut worst = 0.0f64;
+        let mut x = -87.0f32;
+        while x < 20.0 {
+            let lanes: [f32; 8] = std::array::from_fn(|i| x + i as f32 * 1.7e-4);
+            for (&a, &b) in lanes.iter().zip(&estimate(lanes)) {
+                let e = (a as f64).exp();
+                worst = worst.max(((b as f64 - e) / e).abs());
+            }
+            x += 0.001_37;
+        }
+        assert!(worst < 6e-6, "worst relative error {worst}");
+        let special = estimate([f32::NEG_INFINITY, -87.5, -1e30, 0.0, 1.0, -1.0, 0.5, -0.5]);
+        assert_eq!(&special[..4], &[0.0, 0.0, 0.0, 1.0]);
+    }
 }

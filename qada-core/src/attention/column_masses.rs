@@ -101,7 +101,7 @@ pub fn column_page_masses(
     if let Some(token) = Avx2::detect() {
         // SAFETY: the token proves AVX2, FMA and F16C; the checks above give every column at
         // least `t` codes and `ceil(t / page)` scales, `weights` `heads x r` with
-        // `heads <= MAX_HEADS`, `out` `heads x n_pages` and `tile` `heads x tile_stride(page)`,
+        // `heads <= MAX_HEADS`, `out` `heads x n_pages` and `tile` `tile_len(heads, page)` values,
         // the kernel's contract.
         unsafe {
             super::avx2::column_page_masses(token, columns, weights, t, page, tile, out);
