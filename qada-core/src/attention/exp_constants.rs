@@ -41,7 +41,7 @@ pub(crate) const EXP_FLOOR: f32 = -87.0;
 pub(crate) const EXP2_TAYLOR: [f32; 6] = [
     1.333_355_8e-3,
     9.618_129e-3,
-    5.550_410_8e-2,
+    5.550_411e-2,
     2.402_265e-1,
     std::f32::consts::LN_2,
     1.0,
