@@ -12,6 +12,7 @@
 //! [`LayerReads`] is what a layer's step read and computed, for the accounting.
 
 use crate::accounting::PhaseTimes;
+use crate::attention::HalvesScratch;
 use crate::{CoreError, Result};
 
 /// Pages of up to this many rows are scored by channel without allocating (larger ones grow
@@ -71,10 +72,10 @@ pub(crate) struct SelectScratch {
     pub scores: Vec<f32>,
     /// The channel rule: per head and page (`heads x pages`) the log mass of the channels'
     /// scores; the heads' weights on the chosen channels (`heads x r`, `scale q_hc`); and the
-    /// tile one page's scores are summed in.
+    /// tiles the pages' scores are summed in (two halves of the pages, two tiles).
     pub masses: Vec<f32>,
     pub weights: Vec<f32>,
-    pub tile: Vec<f32>,
+    pub halves: HalvesScratch,
     /// The long heads' queries on the chosen channels (0 elsewhere), the channels, and every
     /// channel's weight in choosing them.
     pub queries_sparse: Vec<f32>,
@@ -108,7 +109,7 @@ impl PageSelection {
         s.channel_weight.reserve(d);
         s.masses.reserve(group * max_pages);
         s.weights.reserve(group * d);
-        s.tile.reserve(group * RESERVED_TILE_ROWS);
+        s.halves.reserve(group, group * RESERVED_TILE_ROWS, max_pages);
         self.pages.reserve(max_pages);
         self.masks.reserve(max_pages);
     }

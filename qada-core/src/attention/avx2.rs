@@ -710,14 +710,14 @@ unsafe fn score_block<const NH: usize, const NC: usize>(
         // caller's contract); weights (h0 + k) r + c < heads r.
         let scale = _mm256_broadcast_ss(col.scales.get_unchecked(p * col.stride));
         let mut x = [_mm256_setzero_ps(); NC];
-        for (n, x) in x.iter_mut().enumerate() {
+        for (n, chunk) in x.iter_mut().enumerate() {
             let bytes = _mm_loadl_epi64(col.codes.as_ptr().add(row + 8 * n).cast());
-            *x = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), scale);
+            *chunk = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), scale);
         }
         for (k, acc) in acc.iter_mut().enumerate() {
             let wv = _mm256_broadcast_ss(&*w.add(k * r + c));
-            for (a, x) in acc.iter_mut().zip(&x) {
-                *a = _mm256_fmadd_ps(wv, *x, *a);
+            for (a, chunk) in acc.iter_mut().zip(&x) {
+                *a = _mm256_fmadd_ps(wv, *chunk, *a);
             }
         }
     }

@@ -11,6 +11,8 @@
 //! - `exp`: [`fast_exp`], [`exp_in_place`], [`max_score`] and the constants of the reduction;
 //! - `column_masses`: [`column_page_masses`], per page the log mass of scores from keys stored
 //!   by column (the channel rule's scoring, the scores kept in a tile per page);
+//! - `column_halves`: [`column_page_masses_in_halves`], the same masses with the pages in two
+//!   halves, one a task another worker of the pool may take;
 //! - [`Elem`] (`elem`): f32, f16 and q8 rows ([`qada_stats::Q8Block`], read in place), the safe entry points that check shapes and choose a
 //!   kernel (the AVX-512 one for f32 and f16 block scores and accumulates when
 //!   [`qada_stats::simd::Avx512::detect`] gives a token and `d % 8 == 0` or `d % 16 == 0`, else
@@ -34,6 +36,7 @@ mod avx512;
 mod avx512_blocks;
 #[cfg(target_arch = "x86_64")]
 mod avx512_tiles;
+mod column_halves;
 mod column_masses;
 mod column_tile;
 mod elem;
@@ -50,6 +53,7 @@ mod softmax;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod test_noise;
 
+pub use column_halves::{column_page_masses_in_halves, HalvesScratch, MAX_SPLIT_COLUMNS};
 pub use column_masses::column_page_masses;
 pub use elem::Elem;
 pub use exp::{exp_in_place, fast_exp, max_score, sum_exp};

@@ -45,7 +45,9 @@
 
 use qada_stats::{f16, BulkSummaries, ChannelColumn, PageBounds};
 
-use crate::attention::{column_page_masses, exp_in_place, max_score, scores, Elem};
+use crate::attention::{
+    column_page_masses_in_halves, exp_in_place, max_score, scores, Elem, MAX_SPLIT_COLUMNS,
+};
 use crate::criteria::bound::{checked_pages, F32_ROUNDING};
 use crate::lse::lse;
 use crate::selection::{GroupRead, PageSelection, SelectScratch};
@@ -559,11 +561,11 @@ fn push_chosen(
 
 /// Most channels the channel rule scores from the copy by channel (a larger `r` scores each
 /// head's keys row by row): the column views live on the stack.
-const MAX_COLUMNS: usize = 512;
+const MAX_COLUMNS: usize = MAX_SPLIT_COLUMNS;
 
 /// `masses[h P + p] = ln sum_{i in p} exp(scale sum_{c in channels} q_hc k_ic)` for the long
 /// heads `h` (rows of `s.queries_sparse`, `d` wide) and the pages `p` of the bulk, from the
-/// page bounds' copy by channel ([`column_page_masses`]: every column read once, page by
+/// page bounds' copy by channel ([`column_page_masses_in_halves`]: every column read once, page by
 /// page, the scores never written out).
 fn channel_masses(
     pages: &PageBounds,
@@ -591,12 +593,12 @@ fn channel_masses(
             .extend(s.channel.iter().map(|&c| scale * q[c as usize]));
     }
     s.masses.resize(n_long * pages.n_pages(), 0.0);
-    column_page_masses(
+    column_page_masses_in_halves(
         &columns[..r],
         &s.weights,
         pages.n_rows(),
         pages.page_size(),
-        &mut s.tile,
+        &mut s.halves,
         &mut s.masses,
     )
 }
