@@ -109,7 +109,8 @@ impl PageSelection {
         s.channel_weight.reserve(d);
         s.masses.reserve(group * max_pages);
         s.weights.reserve(group * d);
-        s.halves.reserve(group, group * RESERVED_TILE_ROWS, max_pages);
+        s.halves
+            .reserve(group, group * RESERVED_TILE_ROWS, max_pages);
         self.pages.reserve(max_pages);
         self.masks.reserve(max_pages);
     }
