@@ -41,7 +41,7 @@ impl HalvesScratch {
 
 /// [`column_page_masses`] (the same arguments, the same values bit for bit), with the pages
 /// in two halves run by `rayon::join` when the caller is a worker of a pool of more than one
-/// thread and there are at least [`SPLIT_PAGES`] pages; else one call.
+/// thread and there are at least 64 pages (`SPLIT_PAGES`); else one call.
 ///
 /// # Errors
 /// Those of [`column_page_masses`], for the same inputs.
