@@ -7,7 +7,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use qada_core::{
     by_name, CriterionParams, DenseBelow, GroupMode, Grouped, HeadTaus, LocalityCriterion, PerHead,
-    Static, StaticTable,
+    Reuse, ReusePages, Static, StaticTable, SELECTING_NAMES,
 };
 use qada_kv::{KvDtype, MomentsMode, MomentsSource, WindowConfig};
 use qada_model::ActPrecision;
@@ -240,6 +240,22 @@ pub struct CriterionArgs {
     /// contexts only). Default: from the first token.
     #[arg(long)]
     pub dense_below: Option<usize>,
+    /// Page selections: read a KV group's chosen pages again for up to this many further
+    /// steps (plus the pages the bulk gained since) while each long head's query keeps
+    /// --reuse-cosine and --reuse-drift against the one they were chosen for; 0 chooses at
+    /// every step.
+    #[arg(long, default_value_t = 0)]
+    pub reuse_steps: u32,
+    /// The smallest cosine between a head's query and the one its pages were chosen for at
+    /// which --reuse-steps reads them again, in [-1, 1].
+    #[arg(long, default_value_t = 0.95, allow_negative_numbers = true)]
+    pub reuse_cosine: f64,
+    /// The largest drift at which --reuse-steps reads a choice again, in nats (default: any):
+    /// scale sum_c |q_c - q'_c| (max k_c - min k_c) over the bulk, the most two bulk keys'
+    /// scores can move against each other (every page keeps its share of the bulk's mass
+    /// within a factor e^drift).
+    #[arg(long)]
+    pub reuse_drift: Option<f64>,
     /// hybrid: QAdA alone decides a local head whose label holds with its bulk mass raised
     /// by this many nats; closer calls go to the bound.
     #[arg(long, default_value_t = 1.0)]
@@ -510,13 +526,29 @@ impl CriterionArgs {
             GroupMode::Head => c,
             m => Box::new(Grouped::new(c, m)),
         };
-        match self.dense_below {
-            None => Ok(c),
+        let c: Box<dyn LocalityCriterion> = match self.dense_below {
+            None => c,
             Some(n) => {
                 check_dense_below(n, ctx)?;
-                Ok(Box::new(DenseBelow::new(c, n)?))
+                Box::new(DenseBelow::new(c, n)?)
             }
+        };
+        if self.reuse_steps == 0 {
+            return Ok(c);
         }
+        if !SELECTING_NAMES.contains(&self.name()) {
+            return fail(format!(
+                "--reuse-steps {}: the {} criterion chooses no pages to reuse; use it with \
+                 one that does ({})",
+                self.reuse_steps,
+                self.name(),
+                SELECTING_NAMES.join(", ")
+            ));
+        }
+        let drift = self.reuse_drift.unwrap_or(f64::INFINITY);
+        let reuse = Reuse::new(self.reuse_steps, self.reuse_cosine, drift)
+            .map_err(|e| format!("--reuse-cosine, --reuse-drift: {e}"))?;
+        Ok(Box::new(ReusePages::new(c, reuse)))
     }
 
     /// `c` with the thresholds of the `--head-taus` file at `path`, checked against the model.

@@ -44,6 +44,10 @@ pub struct Accounting {
     pub sliding_layer_steps: u64,
     /// Wall time of the recorded (non-sliding) layers' attention, by phase.
     pub times: PhaseTimes,
+    /// KV group-steps that read chosen pages ([`crate::ReusePages`] may reuse a choice).
+    pub selected_groups: u64,
+    /// Of `selected_groups`, those that read a choice made at an earlier step.
+    pub reused_groups: u64,
 }
 
 /// Wall time of attention steps by phase, in seconds, as [`crate::attend_layer`] measures
@@ -116,6 +120,8 @@ impl Accounting {
             sliding_kv_bytes: 0.0,
             sliding_layer_steps: 0,
             times: PhaseTimes::default(),
+            selected_groups: 0,
+            reused_groups: 0,
         }
     }
 
@@ -216,6 +222,8 @@ impl Accounting {
             layer, decisions, shape, cost, head_rows, group_rows, summaries,
         );
         self.times.add(&reads.times);
+        self.selected_groups += reads.selected_groups as u64;
+        self.reused_groups += reads.reused_groups as u64;
     }
 
     /// The one place a layer's step is counted: FLOPs `4 (|I| + rows_h) d` per head plus the
@@ -354,6 +362,14 @@ impl Accounting {
         self.sliding_kv_bytes += other.sliding_kv_bytes;
         self.sliding_layer_steps += other.sliding_layer_steps;
         self.times.add(&other.times);
+        self.selected_groups += other.selected_groups;
+        self.reused_groups += other.reused_groups;
+    }
+
+    /// Of the KV group-steps that read chosen pages, the share that read a choice made at an
+    /// earlier step; `None` where none read chosen pages.
+    pub fn reused_share(&self) -> Option<f64> {
+        (self.selected_groups > 0).then(|| ratio(self.reused_groups, self.selected_groups))
     }
 }
 

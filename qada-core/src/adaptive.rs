@@ -53,6 +53,7 @@ impl LayerKv for Vec<KvSegments<'_>> {
         self[g]
     }
 }
+use crate::reuse::{select_group_reusing, ChoiceMemory};
 use crate::selection::{GroupRead, LayerReads, PageSelection};
 use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result};
 
@@ -145,6 +146,11 @@ pub struct LayerScratch {
     /// Per KV group: what the criterion chose to read, and its pages.
     reads_of: Vec<GroupRead>,
     selections: Vec<PageSelection>,
+    /// Per layer and KV group (`layer * n_kv + g`): the last page choice, for a criterion
+    /// that reuses choices ([`LocalityCriterion::reuse`]); and the room each is made with
+    /// (heads of a group, head dimension, pages).
+    memories: Vec<ChoiceMemory>,
+    memory_room: (usize, usize, usize),
     /// What the last step read and computed.
     reads: LayerReads,
 }
@@ -195,8 +201,16 @@ impl LayerScratch {
                     s
                 })
                 .collect(),
+            memories: Vec::new(),
+            memory_room: (group, d, max_bulk.div_ceil(MIN_RESERVED_PAGE)),
             reads: LayerReads::default(),
         }
+    }
+
+    /// Forget every remembered page choice (a criterion that reuses them chooses afresh at
+    /// the next step): for a sequence that was reset, restored or given another criterion.
+    pub fn forget_choices(&mut self) {
+        self.memories.iter_mut().for_each(ChoiceMemory::forget);
     }
 
     /// What the last [`attend_layer`] read of each KV group's bulk and computed per head.
@@ -557,44 +571,60 @@ impl LayerScratch {
         self.reads_of.resize(n_kv, GroupRead::Local);
         self.decisions.clear();
         self.decisions.resize(n_heads, Decision::LONG);
+        let reuse = criterion.reuse();
+        // this layer's remembered choices (unused without reuse)
+        let at = if reuse.is_some() { layer * n_kv } else { 0 };
+        if self.memories.len() < at + n_kv {
+            let (heads, dim, pages) = self.memory_room;
+            self.memories
+                .resize_with(at + n_kv, || ChoiceMemory::with_capacity(heads, dim, pages));
+        }
         let local_scores = &self.local_scores;
-        let decide =
-            |g: usize, out: &mut [Decision], sel: &mut PageSelection| -> Result<GroupRead> {
-                let k = kv.segments(g);
-                let input = |h: usize| HeadInput {
-                    layer,
-                    head: h,
-                    query: &queries[h * d..(h + 1) * d],
-                    scale,
-                    local_scores: &local_scores[h * local_len..(h + 1) * local_len],
-                    bulk_len: k.bulk_len(),
-                    bulk_moments: k.bulk_moments,
-                    bulk_keys: k.bulk_keys,
-                    bulk_pages: k.bulk_pages,
-                    bulk_clusters: k.bulk_clusters,
-                };
-                // on the stack: at most 64 heads per group (checked by `Shape::check`); slots
-                // past the group repeat its last head and are not passed on
-                let inputs: [HeadInput<'_>; 64] =
-                    std::array::from_fn(|i| input(g * group + i.min(group - 1)));
-                let mut read = criterion.select_group(&inputs[..group], out, sel)?;
-                if k.bulk_len() == 0 {
-                    out.iter_mut().for_each(|o| o.local = true);
-                    read = GroupRead::Local;
-                }
-                if read == GroupRead::Local && out.iter().any(|o| !o.local) {
-                    // a criterion that reads nothing of the bulk leaves its heads local
-                    out.iter_mut().for_each(|o| o.local = true);
-                }
-                Ok(read)
+        let decide = |g: usize,
+                      out: &mut [Decision],
+                      sel: &mut PageSelection,
+                      memory: &mut ChoiceMemory|
+         -> Result<GroupRead> {
+            let k = kv.segments(g);
+            let input = |h: usize| HeadInput {
+                layer,
+                head: h,
+                query: &queries[h * d..(h + 1) * d],
+                scale,
+                local_scores: &local_scores[h * local_len..(h + 1) * local_len],
+                bulk_len: k.bulk_len(),
+                bulk_moments: k.bulk_moments,
+                bulk_keys: k.bulk_keys,
+                bulk_pages: k.bulk_pages,
+                bulk_clusters: k.bulk_clusters,
             };
+            // on the stack: at most 64 heads per group (checked by `Shape::check`); slots
+            // past the group repeat its last head and are not passed on
+            let inputs: [HeadInput<'_>; 64] =
+                std::array::from_fn(|i| input(g * group + i.min(group - 1)));
+            let inputs = &inputs[..group];
+            let mut read = match reuse {
+                Some(r) => select_group_reusing(criterion, r, inputs, out, sel, memory)?,
+                None => criterion.select_group(inputs, out, sel)?,
+            };
+            if k.bulk_len() == 0 {
+                out.iter_mut().for_each(|o| o.local = true);
+                read = GroupRead::Local;
+            }
+            if read == GroupRead::Local && out.iter().any(|o| !o.local) {
+                // a criterion that reads nothing of the bulk leaves its heads local
+                out.iter_mut().for_each(|o| o.local = true);
+            }
+            Ok(read)
+        };
         let bulk = kv.segments(0).bulk_len();
         let (sels, reads_of) = (&mut self.selections[..n_kv], &mut self.reads_of[..]);
+        let mems = &mut self.memories[at..at + n_kv];
         let decisions = &mut self.decisions[..];
         // each group's read, and the seconds it took in the criterion
-        let timed = |g: usize, out: &mut [Decision], sel: &mut PageSelection, read: &mut _| {
+        let timed = |g: usize, out: &mut [Decision], (sel, mem): (&mut _, &mut _), read: &mut _| {
             let t0 = Instant::now();
-            *read = decide(g, out, sel)?;
+            *read = decide(g, out, sel, mem)?;
             Ok::<f64, CoreError>(t0.elapsed().as_secs_f64())
         };
         let parallel = decides_in_parallel(criterion.bulk_summaries(), bulk, local_len + bulk);
@@ -607,10 +637,14 @@ impl LayerScratch {
             decisions
                 .par_chunks_mut(group * per)
                 .zip(sels.par_chunks_mut(per))
+                .zip(mems.par_chunks_mut(per))
                 .zip(reads_of.par_chunks_mut(per))
                 .enumerate()
-                .map(|(t, ((outs, sels), reads))| {
-                    let groups = outs.chunks_mut(group).zip(sels).zip(reads);
+                .map(|(t, (((outs, sels), mems), reads))| {
+                    let groups = outs
+                        .chunks_mut(group)
+                        .zip(sels.iter_mut().zip(mems))
+                        .zip(reads);
                     let mut total = 0.0;
                     for (i, ((out, sel), read)) in groups.enumerate() {
                         total += timed(t * per + i, out, sel, read)?;
@@ -621,7 +655,7 @@ impl LayerScratch {
         } else {
             let groups = decisions
                 .chunks_mut(group)
-                .zip(sels.iter_mut())
+                .zip(sels.iter_mut().zip(mems.iter_mut()))
                 .zip(reads_of.iter_mut());
             let mut total = 0.0;
             for (g, ((out, sel), read)) in groups.enumerate() {
@@ -665,6 +699,10 @@ impl LayerScratch {
         let sel = &self.selections[g];
         self.reads.summary_bytes[g] = sel.summary_bytes();
         self.reads.summary_flops[g] = sel.summary_flops();
+        if self.reads_of[g] == GroupRead::Selected {
+            self.reads.selected_groups += 1;
+            self.reads.reused_groups += sel.reused() as usize;
+        }
         let long_mask = (0..group)
             .filter(|&j| !self.decisions[g * group + j].local)
             .fold(0u64, |m, j| m | (1 << j));

@@ -3,7 +3,7 @@
 use qada_stats::{BulkSummaries, ClusterMoments, KeyDistribution, PageBounds, Rows};
 
 use crate::selection::{GroupRead, PageSelection};
-use crate::{CoreError, DecisionCost, Result};
+use crate::{CoreError, DecisionCost, Result, Reuse};
 
 /// A threshold `tau` in (0, 1): a head is local when its local share of the softmax mass,
 /// `A_local / (A_local + A_bulk)`, is at least `tau`.
@@ -157,6 +157,12 @@ pub trait LocalityCriterion: Send + Sync {
         Ok(GroupRead::Full)
     }
 
+    /// When a group's page choice may be read again at later steps ([`crate::ReusePages`]);
+    /// `None` (choose at every step) unless overridden. Wrappers forward it.
+    fn reuse(&self) -> Option<Reuse> {
+        None
+    }
+
     /// Decide for the query heads of one GQA group and say what the group reads of its bulk:
     /// nothing ([`GroupRead::Local`]) when every head is local, else what
     /// [`LocalityCriterion::choose_pages`] chooses. `selection` is emptied first.
@@ -217,6 +223,9 @@ macro_rules! forward_criterion {
                 selection: &mut PageSelection,
             ) -> Result<GroupRead> {
                 (**self).select_group(inputs, out, selection)
+            }
+            fn reuse(&self) -> Option<Reuse> {
+                (**self).reuse()
             }
         }
     )*};

@@ -122,6 +122,9 @@ impl<C: LocalityCriterion> LocalityCriterion for Grouped<C> {
     fn tau(&self) -> Option<Tau> {
         self.inner.tau()
     }
+    fn reuse(&self) -> Option<crate::Reuse> {
+        self.inner.reuse()
+    }
     fn choose_pages(
         &self,
         inputs: &[HeadInput<'_>],

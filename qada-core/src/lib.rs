@@ -68,6 +68,7 @@ mod error;
 mod group;
 pub mod lse;
 mod query;
+mod reuse;
 mod selection;
 
 pub use accounting::{Accounting, DecisionCost, HeadCounts, PhaseTimes};
@@ -100,6 +101,7 @@ pub use group::{GroupMode, Grouped};
 pub use query::{
     compare_query, decide_query, Bulk, BulkSummaryData, Comparison, HeadQuery, PreparedQuery,
 };
+pub use reuse::{Reuse, ReusePages};
 pub use selection::{GroupRead, LayerReads, PageSelection};
 
 // Types users share across threads.

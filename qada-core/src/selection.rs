@@ -42,6 +42,8 @@ pub struct PageSelection {
     summary_bytes: u64,
     /// FLOPs the criterion spent scoring pages for this group at this step.
     summary_flops: u64,
+    /// The pages are a choice made at an earlier step, read again ([`crate::ReusePages`]).
+    reused: bool,
     /// Scratch of the selecting criteria (page scores per head, queries, bins).
     pub(crate) scratch: SelectScratch,
 }
@@ -130,6 +132,17 @@ impl PageSelection {
         self.masks.clear();
         self.summary_bytes = 0;
         self.summary_flops = 0;
+        self.reused = false;
+    }
+
+    /// Mark the pages as a choice made at an earlier step.
+    pub(crate) fn mark_reused(&mut self) {
+        self.reused = true;
+    }
+
+    /// Whether the pages are a choice made at an earlier step, read again.
+    pub fn reused(&self) -> bool {
+        self.reused
     }
 
     /// Rows per page `P` (0 before the first [`PageSelection::clear`]).
@@ -230,6 +243,10 @@ pub struct LayerReads {
     pub summary_bytes: Vec<u64>,
     /// Per KV group: FLOPs spent selecting pages.
     pub summary_flops: Vec<u64>,
+    /// KV groups that read chosen pages.
+    pub selected_groups: usize,
+    /// Of `selected_groups`, those that read a choice made at an earlier step.
+    pub reused_groups: usize,
     /// The step's wall time by phase.
     pub times: PhaseTimes,
 }
@@ -246,6 +263,8 @@ impl LayerReads {
             v.clear();
             v.resize(n_kv, 0);
         }
+        self.selected_groups = 0;
+        self.reused_groups = 0;
     }
 }
 

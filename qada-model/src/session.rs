@@ -249,6 +249,7 @@ impl<'m> Session<'m> {
         // the checkpoint's summaries are those of the criterion then
         self.cache
             .set_bulk_summaries(self.criterion.bulk_summaries())?;
+        self.layer_scratch.forget_choices();
         Ok(())
     }
 
@@ -257,6 +258,7 @@ impl<'m> Session<'m> {
     pub fn set_criterion(&mut self, criterion: Box<dyn LocalityCriterion>) -> Result<()> {
         self.cache.set_bulk_summaries(criterion.bulk_summaries())?;
         self.criterion = criterion;
+        self.layer_scratch.forget_choices();
         Ok(())
     }
 
@@ -302,6 +304,7 @@ impl<'m> Session<'m> {
         let c = &self.model.config;
         self.accounting = Accounting::new(c.n_layers, c.n_heads);
         self.prefilled = false;
+        self.layer_scratch.forget_choices();
     }
 
     fn check_room(&self, n: usize) -> Result<()> {

@@ -13,7 +13,9 @@ mod common;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use qada_core::{Approx, Dense, DenseBelow, LocalityCriterion, Oracle, PageRule, Pages};
+use qada_core::{
+    Approx, Dense, DenseBelow, LocalityCriterion, Oracle, PageRule, Pages, Reuse, ReusePages,
+};
 use qada_kv::{KvDtype, MomentsMode, WindowConfig};
 use qada_model::{LoadOptions, Model, Session, SessionOptions};
 
@@ -134,7 +136,7 @@ fn decoding_steps_allocate_nothing_once_warm() {
             &[KvDtype::F16, KvDtype::Q8][..],
         ),
     ];
-    let criteria: [(&str, MakeCriterion); 7] = [
+    let criteria: [(&str, MakeCriterion); 8] = [
         ("dense", || Box::new(Dense)),
         ("approx", || Box::new(Approx::new(0.6).unwrap())),
         ("oracle", || Box::new(Oracle::new(0.6).unwrap())),
@@ -144,6 +146,15 @@ fn decoding_steps_allocate_nothing_once_warm() {
             let gate = Approx::new(0.9).unwrap();
             let pages = Pages::new(gate, 0.9, 32, PageRule::Channels(8)).unwrap();
             Box::new(DenseBelow::new(pages, 1400).unwrap())
+        }),
+        // remembered choices, one per layer and group, read again where the queries allow
+        ("channels, choices reused", || {
+            let gate = Approx::new(0.9).unwrap();
+            let pages = Pages::new(gate, 0.9, 32, PageRule::Channels(8)).unwrap();
+            Box::new(ReusePages::new(
+                pages,
+                Reuse::new(4, 0.5, f64::INFINITY).unwrap(),
+            ))
         }),
         ("pages", || {
             let gate = Approx::new(0.9).unwrap();

@@ -196,6 +196,7 @@ fn json_report(a: &Args, model: &Model, why: Option<&str>, out: &Outcome) -> ser
         "local": a.criterion.local(),
         "moments": a.criterion.moments,
         "sparsity": acc.sparsity(),
+        "reused_choice_share": acc.reused_share(),
         "decisions": acc.total().decisions,
         "nonfinite_decisions": acc.total().nonfinite,
         "per_layer_sparsity": per_layer_sparsity(model, acc),
@@ -264,6 +265,20 @@ fn text_report(a: &Args, model: &Model, out: &Outcome) {
             .collect();
         for line in cells.chunks(10) {
             let _ = writeln!(e, "  per-layer sparsity {}", line.join(" "));
+        }
+        if a.criterion.reuse_steps > 0 {
+            let _ = writeln!(
+                e,
+                "page choices: {} of {} KV group-steps that read chosen pages read a choice of an \
+                 earlier step (--reuse-steps {}, --reuse-cosine {}, --reuse-drift {})",
+                acc.reused_groups,
+                acc.selected_groups,
+                a.criterion.reuse_steps,
+                a.criterion.reuse_cosine,
+                a.criterion
+                    .reuse_drift
+                    .map_or("any".to_string(), |x| x.to_string())
+            );
         }
     }
     if let Some((dense, dense_acc)) = &out.compared {

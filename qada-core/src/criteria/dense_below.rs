@@ -89,6 +89,9 @@ impl<C: LocalityCriterion> LocalityCriterion for DenseBelow<C> {
     fn tau(&self) -> Option<Tau> {
         self.inner.tau()
     }
+    fn reuse(&self) -> Option<crate::Reuse> {
+        self.inner.reuse()
+    }
     fn decide_group(&self, inputs: &[HeadInput<'_>], out: &mut [Decision]) -> Result<bool> {
         self.who(inputs.first()).decide_group(inputs, out)
     }

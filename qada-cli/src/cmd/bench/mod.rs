@@ -267,6 +267,7 @@ fn measure_depth(
     }
     let mut speeds = [Vec::new(), Vec::new(), Vec::new()];
     let mut sparsity = f64::NAN;
+    let mut reused: Option<f64> = None;
     let mut kv_bytes = [0.0f64; 3];
     // per mode, summed over its runs: the steps' seconds and their attention's by phase
     let mut step_secs = [0.0f64; 3];
@@ -291,6 +292,7 @@ fn measure_depth(
             kv_bytes[mode] = (acc.kv_bytes + acc.sliding_kv_bytes) / a.new_tokens as f64;
             if mode == 1 {
                 sparsity = acc.sparsity();
+                reused = acc.reused_share();
             }
             pb.inc(1);
         }
@@ -334,6 +336,7 @@ fn measure_depth(
         "adaptive_range": [lo_a, hi_a],
         "speedup": adaptive / dense,
         "sparsity": sparsity,
+        "reused_choice_share": reused,
         "dense_bytes_per_token": weight_bytes + kv_bytes[0],
         "adaptive_bytes_per_token": weight_bytes + kv_bytes[1],
         "weight_bytes_per_token": weight_bytes,

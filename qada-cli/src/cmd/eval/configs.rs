@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use qada_core::{
     by_name, Approx, Bound, CriterionParams, Dense, GroupMode, Grouped, Hybrid, LocalityCriterion,
-    Mixture, Oracle, Static, StaticTable, Window, SELECTING_NAMES,
+    Mixture, Oracle, Reuse, ReusePages, Static, StaticTable, Window, SELECTING_NAMES,
 };
 use qada_core::{DEFAULT_CLUSTERS, DEFAULT_MARGIN, DEFAULT_PAGE};
 use qada_core::{DEFAULT_QUEST_TOKENS, DEFAULT_SELECT_PAGE};
@@ -185,6 +185,70 @@ pub fn configs(
     Ok(v)
 }
 
+/// `cfgs`, each page selection among them followed by the same selection with its choices
+/// reused as each of `reuses` says ([`ReusePages`]), named as [`reuse_name`] says.
+pub fn with_reuse(cfgs: Vec<Config>, reuses: &[Reuse]) -> Vec<Config> {
+    let mut v = Vec::with_capacity(cfgs.len() * (1 + reuses.len()));
+    for c in cfgs {
+        let base = c.method.split('@').next().unwrap_or_default();
+        let selecting = SELECTING_NAMES.contains(&base);
+        let copies: Vec<Config> = reuses
+            .iter()
+            .filter(|_| selecting)
+            .map(|&r| Config {
+                method: reuse_name(&c.method, r),
+                param: c.param,
+                criterion: Arc::new(ReusePages::new(c.criterion.clone(), r)),
+                calibrated: c.calibrated,
+                activations: c.activations,
+            })
+            .collect();
+        v.push(c);
+        v.extend(copies);
+    }
+    v
+}
+
+/// `method` with its choices reused as `r` says: `METHOD+reuseN` (`N` steps), then `cC` for
+/// the cosine `C` and `dX` for a drift `X` other than any.
+fn reuse_name(method: &str, r: Reuse) -> String {
+    let mut name = format!("{method}+reuse{}c{}", r.max_steps(), r.min_cosine());
+    if r.max_drift() != f64::INFINITY {
+        name += &format!("d{}", r.max_drift());
+    }
+    name
+}
+
+/// The reuses of a comma-separated `--reuse` list of `STEPS:COSINE` or
+/// `STEPS:COSINE:DRIFT` (drift: any where none is given).
+pub fn parse_reuses(list: &str) -> CliResult<Vec<Reuse>> {
+    let mut v = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let bad = || {
+            format!("--reuse: {item:?} is not STEPS:COSINE or STEPS:COSINE:DRIFT (4:0.95, 4:-1:2)")
+        };
+        let parts: Vec<&str> = item.split(':').map(str::trim).collect();
+        let (steps, cosine, drift) = match parts[..] {
+            [s, c] => (s, c, None),
+            [s, c, x] => (s, c, Some(x)),
+            _ => return fail(bad()),
+        };
+        let steps: u32 = steps.parse().map_err(|_| bad())?;
+        let cosine: f64 = cosine.parse().map_err(|_| bad())?;
+        let drift: f64 = match drift {
+            None => f64::INFINITY,
+            Some(x) => x.parse().map_err(|_| bad())?,
+        };
+        if steps == 0 {
+            return fail(format!(
+                "--reuse: {item:?} reuses for 0 steps; the selection without --reuse runs anyway"
+            ));
+        }
+        v.push(Reuse::new(steps, cosine, drift).map_err(|e| format!("--reuse {item:?}: {e}"))?);
+    }
+    Ok(v)
+}
+
 /// Offset into the calibration table for a prompt of `t` tokens: the paper's 1024, or a
 /// quarter of the prompt for prompts too short for it.
 fn table_offset(t: usize) -> usize {
@@ -242,6 +306,31 @@ pub fn parse_list<T: std::str::FromStr>(flag: &str, list: &str) -> CliResult<Vec
 mod tests {
     use super::*;
     use qada_core::DEFAULT_CHANNELS;
+
+    #[test]
+    fn reuses_follow_each_page_selection_and_bad_entries_say_why() {
+        let r = parse_reuses("4:0.95, 8:-1:2").unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!(
+            (r[1].max_steps(), r[1].min_cosine(), r[1].max_drift()),
+            (8, -1.0, 2.0)
+        );
+        for bad in ["4", "0:0.9", "4:1.5", "4:0.9:-1", "x:0.9", "4:0.9:1:2"] {
+            assert!(parse_reuses(bad).is_err(), "{bad}");
+        }
+        let all = [GroupMode::All];
+        let c = configs(&["approx-current", "channels"], &[0.9], &[], None, &all, 8).unwrap();
+        let names: Vec<_> = with_reuse(c, &r).into_iter().map(|c| c.method).collect();
+        assert_eq!(
+            names,
+            [
+                "approx-current@all",
+                "channels@all",
+                "channels@all+reuse4c0.95",
+                "channels@all+reuse8c-1d2"
+            ]
+        );
+    }
 
     #[test]
     fn methods_keep_sweep_order_and_dense_and_reject_unknown_names() {

@@ -41,7 +41,7 @@ mod shard;
 pub(crate) mod sweep;
 mod times;
 
-use configs::{configs, parse_groups, parse_list, parse_methods, Config};
+use configs::{configs, parse_groups, parse_list, parse_methods, parse_reuses, with_reuse, Config};
 use records::{read_records, Record, RecordLog};
 use shard::{Shard, ShardFile};
 use sweep::{EvalTask, Sweep, FIDELITY_STEPS, FIDELITY_TEXTS};
@@ -95,6 +95,13 @@ pub struct Args {
     /// and `METHOD@mass` for the last two.
     #[arg(long, default_value = "head")]
     groups: String,
+    /// Page selections: also run each with its page choices reused, per comma-separated
+    /// entry `STEPS:COSINE` or `STEPS:COSINE:DRIFT` (as --reuse-steps, --reuse-cosine and
+    /// --reuse-drift of generate and bench: a group reads its chosen pages again for up to
+    /// STEPS further steps while each long head's query keeps a cosine of at least COSINE
+    /// and drifts by at most DRIFT nats); named `METHOD+reuseSTEPScCOSINE` (`dDRIFT` added).
+    #[arg(long)]
+    reuse: Option<String>,
     /// Static heads' alphas, comma-separated.
     #[arg(long)]
     alphas: Option<String>,
@@ -462,6 +469,7 @@ pub fn run(a: Args) -> CliResult<()> {
         &groups,
         a.channels,
     )?;
+    let cfgs = with_reuse(cfgs, &parse_reuses(a.reuse.as_deref().unwrap_or(""))?);
     let mut units = sweep::units(&tasks, &lengths);
     let shard_file = match a.shard {
         None => None,
