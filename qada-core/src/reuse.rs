@@ -580,41 +580,18 @@ mod tests {
         let mut memory = ChoiceMemory::default();
         let mut sel = PageSelection::new();
         let q = [[1.0, 0.0, 0.0]; 3];
-        let mut out = [Decision::LONG; 3];
-        for bulk in [20, 21] {
-            select_group_reusing(
-                &c,
-                reuse,
-                &inputs(&q, bulk, &m, &pb),
-                &mut out,
-                &mut sel,
-                &mut memory,
-            )
-            .unwrap();
-        }
-        assert_eq!(c.choices.load(Ordering::Relaxed), 1);
+        // one step at a bulk of `bulk` keys; the criterion's choices so far
+        let mut step = |bulk: usize, memory: &mut ChoiceMemory| {
+            let mut out = [Decision::LONG; 3];
+            let inputs = inputs(&q, bulk, &m, &pb);
+            select_group_reusing(&c, reuse, &inputs, &mut out, &mut sel, memory).unwrap();
+            c.choices.load(Ordering::Relaxed)
+        };
+        assert_eq!((step(20, &mut memory), step(21, &mut memory)), (1, 1));
         memory.forget();
-        select_group_reusing(
-            &c,
-            reuse,
-            &inputs(&q, 22, &m, &pb),
-            &mut out,
-            &mut sel,
-            &mut memory,
-        )
-        .unwrap();
-        assert_eq!(c.choices.load(Ordering::Relaxed), 2);
+        assert_eq!(step(22, &mut memory), 2);
         // a bulk that shrank (another sequence) is chosen for afresh
-        select_group_reusing(
-            &c,
-            reuse,
-            &inputs(&q, 10, &m, &pb),
-            &mut out,
-            &mut sel,
-            &mut memory,
-        )
-        .unwrap();
-        assert_eq!(c.choices.load(Ordering::Relaxed), 3);
+        assert_eq!(step(10, &mut memory), 3);
         for bad in [-0.1, f64::NAN] {
             assert!(Reuse::new(4, 0.5, bad).is_err(), "{bad}");
         }

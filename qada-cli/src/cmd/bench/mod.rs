@@ -72,7 +72,8 @@ pub struct Args {
     /// chooses its pages), then every head attends densely anyway. Its time less dense's is
     /// the decision's own cost, reported as a share of an adaptive step (a difference of two
     /// runs, so it carries their spread; the phase table times the choice inside the step).
-    #[arg(long)]
+    /// Not with --reuse-steps: that mode chooses at every step, the adaptive one would not.
+    #[arg(long, conflicts_with = "reuse_steps")]
     decision_cost: bool,
     /// Print one JSON object per depth, as an array.
     #[arg(long)]
