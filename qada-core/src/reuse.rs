@@ -151,13 +151,13 @@ impl<C: LocalityCriterion> LocalityCriterion for ReusePages<C> {
 }
 
 /// One layer's and KV group's last page choice: the pages and their heads, the queries they
-/// were chosen for, the bulk then, and how many steps have read it since.
+/// were chosen for, and the bulk's length then (a decoding step adds one key to the bulk, so
+/// its growth counts the steps since).
 #[derive(Clone, Debug, Default)]
 pub struct ChoiceMemory {
     valid: bool,
     page: usize,
     bulk_len: usize,
-    age: u32,
     /// Heads the gate called long at the choice, and those of them that kept pages.
     gate_long: u64,
     long: u64,
@@ -184,18 +184,14 @@ impl ChoiceMemory {
         self.valid = false;
     }
 
-    /// Whether the choice may be read for a step whose gate called `gate_long` long: made at
-    /// most `max_steps` steps (keys) ago on this bulk, every head long now was long then, and
+    /// Whether the choice may be read for a step whose gate called `gate_long` long: made 1 to
+    /// `max_steps` steps (keys) ago on this bulk, every head long now was long then, and
     /// each one's query within both guards of its query then (no page summaries to bound
     /// the drift: never).
     fn fits(&self, reuse: Reuse, inputs: &[HeadInput<'_>], gate_long: u64) -> bool {
         let bulk = inputs[0].bulk_len;
-        if !self.valid
-            || self.age >= reuse.max_steps
-            || bulk < self.bulk_len
-            || bulk - self.bulk_len > reuse.max_steps as usize
-            || gate_long & !self.gate_long != 0
-        {
+        let later = self.bulk_len + 1..=self.bulk_len + reuse.max_steps as usize;
+        if !self.valid || !later.contains(&bulk) || gate_long & !self.gate_long != 0 {
             return false;
         }
         let Some(pages) = inputs[0].bulk_pages else {
@@ -230,7 +226,6 @@ impl ChoiceMemory {
         if long == 0 {
             return Ok(GroupRead::Local);
         }
-        self.age += 1;
         selection.mark_reused();
         let first_new = self.bulk_len / self.page;
         let n_pages = bulk_len.div_ceil(self.page);
@@ -280,7 +275,6 @@ impl ChoiceMemory {
         self.valid = true;
         self.page = selection.page_size();
         self.bulk_len = inputs[0].bulk_len;
-        self.age = 0;
         self.gate_long = gate_long;
         self.long = out
             .iter()
