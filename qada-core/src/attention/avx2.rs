@@ -64,12 +64,7 @@ unsafe fn exp8(x: __m256) -> __m256 {
     for &c in &EXP_TAYLOR[1..] {
         p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
     }
-    let bits = _mm256_add_epi32(
-        _mm256_castps_si256(p),
-        _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23),
-    );
-    // inputs below -87 (and -inf) give 0
-    _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), _mm256_castsi256_ps(bits))
+    scale_by_pow2(p, n, x, lo)
 }
 
 /// `exp(x)` on 8 lanes for the page masses, cheaper than [`exp8`]: `x log2 e = n + f` with
@@ -93,11 +88,21 @@ unsafe fn exp8_estimate(x: __m256) -> __m256 {
     for &c in &EXP2_TAYLOR[1..] {
         p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(c));
     }
+    scale_by_pow2(p, n, x, lo)
+}
+
+/// The epilogue of [`exp8`] and [`exp8_estimate`]: `p 2^n` by adding `n` into the exponent
+/// bits (`n` integral, `p` in `[0.5, 2]`), and 0 in the lanes where `x < lo` (-inf included).
+///
+/// # Safety
+/// The CPU has AVX2, FMA and F16C (register operations only).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scale_by_pow2(p: __m256, n: __m256, x: __m256, lo: __m256) -> __m256 {
     let bits = _mm256_add_epi32(
         _mm256_castps_si256(p),
         _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23),
     );
-    // inputs below -87 (and -inf) give 0
     _mm256_andnot_ps(_mm256_cmp_ps(x, lo, _CMP_LT_OQ), _mm256_castsi256_ps(bits))
 }
 
