@@ -10,38 +10,35 @@ use qada_stats::simd::Avx512;
 use qada_stats::ChannelColumn;
 
 use super::column_tile::{prefetch_ahead, tile_len, tile_stride, MAX_HEADS};
-use super::exp_constants::{EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
+use super::exp_constants::{EXP2_TAYLOR, EXP_FLOOR, LN2_HI, LN2_LO, LOGF};
 
-/// Columns one pass adds into the tile: eight 16-row chunks of them stay in registers.
-const COLUMNS_PER_PASS: usize = 8;
+/// Heads whose sums one block keeps in registers: 8 heads times two 16-row chunks are 16
+/// accumulators of the 32 vector registers.
+const HEADS_PER_BLOCK: usize = 8;
 
-/// `exp(x)` on 16 lanes: [`crate::attention::fast_exp`]'s reduction and polynomial, `2^n` by
-/// `vscalefps`. Inputs below -87 (and -inf) give 0; a NaN lane gives `exp(-87)`, as on 8
-/// lanes.
+/// `exp(x)` on 16 lanes for the page masses, as the AVX2 kernel's estimate: `x log2 e = n + f`
+/// with `n` the nearest integer, `2^f` by [`EXP2_TAYLOR`] (relative error below `6e-6`),
+/// `2^n` by `vscalefps`. Inputs are clamped at -87 first, so -inf and NaN lanes give
+/// `exp(-87)`, about `1.6e-38`: nothing beside a page's largest term, `exp(0) = 1`, to which
+/// every sum of the kernel is added.
 ///
 /// # Safety
 /// The CPU has AVX-512F (register operations only).
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn exp16(x: __m512) -> __m512 {
-    let lo = _mm512_set1_ps(EXP_FLOOR);
+unsafe fn exp16_estimate(x: __m512) -> __m512 {
     // `max(x, lo)` gives `lo` for a NaN `x`
-    let xc = _mm512_max_ps(x, lo);
-    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(
-        _mm512_mul_ps(xc, _mm512_set1_ps(std::f32::consts::LOG2_E)),
+    let t = _mm512_mul_ps(
+        _mm512_max_ps(x, _mm512_set1_ps(EXP_FLOOR)),
+        _mm512_set1_ps(std::f32::consts::LOG2_E),
     );
-    let r = _mm512_fnmadd_ps(
-        n,
-        _mm512_set1_ps(LN2_LO),
-        _mm512_fnmadd_ps(n, _mm512_set1_ps(LN2_HI), xc),
-    );
-    let mut p = _mm512_set1_ps(EXP_TAYLOR[0]);
-    for &c in &EXP_TAYLOR[1..] {
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+    let n = _mm512_roundscale_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(t);
+    let f = _mm512_sub_ps(t, n);
+    let mut p = _mm512_set1_ps(EXP2_TAYLOR[0]);
+    for &c in &EXP2_TAYLOR[1..] {
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(c));
     }
-    // zero where x < -87 (-inf included); NaN compares unordered and keeps its value
-    let keep = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(x, lo);
-    _mm512_maskz_mov_ps(keep, _mm512_scalef_ps(p, n))
+    _mm512_scalef_ps(p, n)
 }
 
 /// `ln(x)` on 16 lanes for finite `x >= 1`, as the 8-lane one: `x = 2^e m`, `m` in
@@ -121,10 +118,12 @@ unsafe fn reduce16(v: &[__m512; 16], op: impl Fn(__m512, __m512) -> __m512) -> _
 }
 
 /// [`crate::attention::column_page_masses`] on 16 lanes, in blocks of 16 pages: each page's
-/// scores of every head into `tile` (up to eight columns a pass, each 16-row chunk of
-/// their codes converted and scaled once for all heads); then per head the 16 pages'
-/// maxima, their exponentials' sums and logarithms as vectors of one page a lane
-/// ([`reduce16`]), with no horizontal reduction per page.
+/// scores of every head into `tile` ([`score_heads`]: every column's 16-row chunk of codes
+/// converted and scaled once per block of up to 8 heads, the block's sums kept in registers
+/// over all the columns; the codes and scales of a later page prefetched,
+/// [`prefetch_ahead`]); then per head the 16 pages' maxima, their exponentials' sums
+/// ([`exp16_estimate`]) and logarithms as vectors of one page a lane ([`reduce16`]), with no
+/// horizontal reduction per page.
 ///
 /// # Safety
 /// The CPU has AVX-512F, AVX2, FMA and F16C (the token proves it); `columns` is not empty and
@@ -148,66 +147,42 @@ pub unsafe fn column_page_masses(
     let stride = tile_stride(page);
     debug_assert!(stride.is_multiple_of(16) && heads <= MAX_HEADS);
     debug_assert!(tile.len() >= tile_len(heads, page) && out.len() >= heads * n_pages);
-    let wp = weights.as_ptr();
     // the tile: head h, page j of the block at (h PAGES_PER_BLOCK + j) stride
-    let at = |h: usize, j: usize| (h * PAGES_PER_BLOCK + j) * stride;
+    let head_stride = PAGES_PER_BLOCK * stride;
+    let at = |h: usize, j: usize| h * head_stride + j * stride;
     for b0 in (0..n_pages).step_by(PAGES_PER_BLOCK) {
         let nb = PAGES_PER_BLOCK.min(n_pages - b0);
         for j in 0..nb {
             let p = b0 + j;
             let start = p * page;
             let len = page.min(t - start);
-            let full = len / 16 * 16;
             prefetch_ahead(columns, p, page, n_pages);
-            for (pass, cols) in columns.chunks(COLUMNS_PER_PASS).enumerate() {
-                let c0 = pass * COLUMNS_PER_PASS;
-                let mut scale = [0.0f32; COLUMNS_PER_PASS];
-                for (s, col) in scale.iter_mut().zip(cols) {
-                    *s = col.scales[p * col.stride];
-                }
-                let tp = tile.as_mut_ptr();
-                // SAFETY: rows start + i + 16 <= start + len <= t of every column; weights
-                // h r + c0 + k < heads r; tile at(h, j) + i + 16 <= at(h, j) + stride <=
-                // tile_len (i + 16 <= len <= stride, h < heads, j < PAGES_PER_BLOCK).
-                let mut i = 0;
-                while i < full {
-                    let mut v = [_mm512_setzero_ps(); COLUMNS_PER_PASS];
-                    for ((x, col), &s) in v.iter_mut().zip(cols).zip(&scale) {
-                        let bytes = _mm_loadu_si128(col.codes.as_ptr().add(start + i).cast());
-                        let codes = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
-                        *x = _mm512_mul_ps(codes, _mm512_set1_ps(s));
+            // the scores of every head into the tile: heads in blocks of up to 8 and rows two
+            // chunks of 16 at a time, each block's sums held in registers over all the
+            // columns (taken column by column in order, as the portable loop takes them)
+            // SAFETY: rows start + i + 16 NC <= start + len <= t of every column, and the
+            // tile's values at(h, j) + i + 16 NC <= at(h, j) + stride <= tile_len (i + 16 NC
+            // <= len <= stride, h < heads, j < PAGES_PER_BLOCK): the contract of
+            // `score_heads` with `to` at at(0, j) + i and heads head_stride apart.
+            let mut i = 0;
+            while i + 32 <= len {
+                let to = tile.as_mut_ptr().add(at(0, j) + i);
+                score_heads::<2>(columns, weights, p, start + i, to, head_stride);
+                i += 32;
+            }
+            if i + 16 <= len {
+                let to = tile.as_mut_ptr().add(at(0, j) + i);
+                score_heads::<1>(columns, weights, p, start + i, to, head_stride);
+                i += 16;
+            }
+            for i in i..len {
+                for h in 0..heads {
+                    let mut x = 0.0f32;
+                    for (c, col) in columns.iter().enumerate() {
+                        x += weights[h * r + c]
+                            * (col.scales[p * col.stride] * col.codes[start + i] as f32);
                     }
-                    for h in 0..heads {
-                        let dst = tp.add(at(h, j) + i);
-                        let mut acc = if pass == 0 {
-                            _mm512_setzero_ps()
-                        } else {
-                            _mm512_loadu_ps(dst)
-                        };
-                        let w = wp.add(h * r + c0);
-                        // a whole pass in a loop of constant length (no test per column)
-                        if cols.len() == COLUMNS_PER_PASS {
-                            for (k, x) in v.iter().enumerate() {
-                                acc = _mm512_fmadd_ps(_mm512_set1_ps(*w.add(k)), *x, acc);
-                            }
-                        } else {
-                            for (k, x) in v.iter().enumerate().take(cols.len()) {
-                                acc = _mm512_fmadd_ps(_mm512_set1_ps(*w.add(k)), *x, acc);
-                            }
-                        }
-                        _mm512_storeu_ps(dst, acc);
-                    }
-                    i += 16;
-                }
-                for i in full..len {
-                    for h in 0..heads {
-                        let o = at(h, j) + i;
-                        let mut x = if pass == 0 { 0.0 } else { tile[o] };
-                        for (k, col) in cols.iter().enumerate() {
-                            x += weights[h * r + c0 + k] * (scale[k] * col.codes[start + i] as f32);
-                        }
-                        tile[o] = x;
-                    }
+                    tile[at(h, j) + i] = x;
                 }
             }
             for h in 0..heads {
@@ -238,7 +213,7 @@ pub unsafe fn column_page_masses(
                 let mut i = 0;
                 while i < stride {
                     let x = _mm512_sub_ps(_mm512_loadu_ps(rp.add(at(h, j) + i)), mv);
-                    *sum = _mm512_add_ps(*sum, exp16(x));
+                    *sum = _mm512_add_ps(*sum, exp16_estimate(x));
                     i += 16;
                 }
             }
@@ -263,5 +238,120 @@ pub unsafe fn column_page_masses(
             _mm512_storeu_ps(o.as_mut_ptr(), lse);
             out[h * n_pages + b0..h * n_pages + b0 + nb].copy_from_slice(&o[..nb]);
         }
+    }
+}
+
+/// Rows `row..row + 16 NC` of every head's scores `sum_c w_hc (s_cp c_ic)` into
+/// `to[h stride..]`: heads in blocks of up to [`HEADS_PER_BLOCK`], each block's `NH NC`
+/// accumulators held in registers over all the columns (independent chains, so that the
+/// fused multiply-adds overlap), each chunk of codes converted and scaled once a block.
+///
+/// # Safety
+/// The CPU has AVX-512F, AVX2, FMA and F16C; every column holds codes `row..row + 16 NC` and
+/// the scale of page `p`; `weights` is `heads x columns.len()`; `to` is valid for writes of
+/// `(heads - 1) stride + 16 NC` values.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn score_heads<const NC: usize>(
+    columns: &[ChannelColumn<'_>],
+    weights: &[f32],
+    p: usize,
+    row: usize,
+    to: *mut f32,
+    stride: usize,
+) {
+    let heads = weights.len() / columns.len();
+    let mut h0 = 0;
+    while heads - h0 >= HEADS_PER_BLOCK {
+        score_block::<HEADS_PER_BLOCK, NC>(columns, weights, h0, p, row, to, stride);
+        h0 += HEADS_PER_BLOCK;
+    }
+    match heads - h0 {
+        7 => score_block::<7, NC>(columns, weights, h0, p, row, to, stride),
+        6 => score_block::<6, NC>(columns, weights, h0, p, row, to, stride),
+        5 => score_block::<5, NC>(columns, weights, h0, p, row, to, stride),
+        4 => score_block::<4, NC>(columns, weights, h0, p, row, to, stride),
+        3 => score_block::<3, NC>(columns, weights, h0, p, row, to, stride),
+        2 => score_block::<2, NC>(columns, weights, h0, p, row, to, stride),
+        1 => score_block::<1, NC>(columns, weights, h0, p, row, to, stride),
+        _ => {}
+    }
+}
+
+/// [`score_heads`] for the `NH` heads from `h0` (the same contract).
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn score_block<const NH: usize, const NC: usize>(
+    columns: &[ChannelColumn<'_>],
+    weights: &[f32],
+    h0: usize,
+    p: usize,
+    row: usize,
+    to: *mut f32,
+    stride: usize,
+) {
+    let r = columns.len();
+    let w = weights.as_ptr().add(h0 * r);
+    let mut acc = [[_mm512_setzero_ps(); NC]; NH];
+    for (c, col) in columns.iter().enumerate() {
+        // SAFETY: codes row + 16 n + 16 <= row + 16 NC and the scale of page p exist (the
+        // caller's contract); weights (h0 + k) r + c < heads r.
+        let scale = _mm512_set1_ps(*col.scales.get_unchecked(p * col.stride));
+        let mut x = [_mm512_setzero_ps(); NC];
+        for (n, chunk) in x.iter_mut().enumerate() {
+            let bytes = _mm_loadu_si128(col.codes.as_ptr().add(row + 16 * n).cast());
+            *chunk = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes)), scale);
+        }
+        for (k, acc) in acc.iter_mut().enumerate() {
+            let wv = _mm512_set1_ps(*w.add(k * r + c));
+            for (a, chunk) in acc.iter_mut().zip(&x) {
+                *a = _mm512_fmadd_ps(wv, *chunk, *a);
+            }
+        }
+    }
+    for (k, acc) in acc.iter().enumerate() {
+        for (n, a) in acc.iter().enumerate() {
+            // SAFETY: (h0 + k) stride + 16 n + 16 <= (heads - 1) stride + 16 NC.
+            _mm512_storeu_ps(to.add((h0 + k) * stride + 16 * n), *a);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `exp16_estimate` of 16 lanes through memory.
+    fn estimate(x: [f32; 16]) -> [f32; 16] {
+        let mut y = [0.0f32; 16];
+        // SAFETY: the caller checked the features; `x` and `y` hold 16 f32 each.
+        unsafe { _mm512_storeu_ps(y.as_mut_ptr(), exp16_estimate(_mm512_loadu_ps(x.as_ptr()))) };
+        y
+    }
+
+    #[test]
+    fn the_estimate_exp_is_within_6e_6_relative_and_tiny_below_the_floor() {
+        if Avx512::detect().is_none() {
+            return;
+        }
+        let mut worst = 0.0f64;
+        let mut x = -87.0f32;
+        while x < 20.0 {
+            let lanes: [f32; 16] = std::array::from_fn(|i| x + i as f32 * 1.7e-4);
+            for (&a, &b) in lanes.iter().zip(&estimate(lanes)) {
+                let e = (a as f64).exp();
+                worst = worst.max(((b as f64 - e) / e).abs());
+            }
+            x += 0.001_37;
+        }
+        assert!(worst < 6e-6, "worst relative error {worst}");
+        let mut special = [0.5f32; 16];
+        special[..5].copy_from_slice(&[f32::NEG_INFINITY, -87.5, -1e30, f32::NAN, 0.0]);
+        let y = estimate(special);
+        // below the floor (and NaN): exp(-87), nothing beside a page's exp(0) = 1
+        for &v in &y[..4] {
+            assert!((0.0..2e-38).contains(&v) && 1.0 + v == 1.0, "{v}");
+        }
+        assert_eq!(y[4], 1.0);
     }
 }

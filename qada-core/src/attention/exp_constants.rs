@@ -1,7 +1,7 @@
 //! The constants of `exp` and `ln` over scores, shared by the scalar path (`exp.rs`) and the
 //! AVX2 and AVX-512 kernels, so that every path computes the same polynomials. One exception:
-//! the AVX2 page masses take their exponentials by [`EXP2_TAYLOR`], cheaper and within `6e-6`
-//! (the masses of every path agree within `1e-4`, the kernels' test).
+//! the AVX2 and AVX-512 page masses take their exponentials by [`EXP2_TAYLOR`], cheaper and
+//! within `6e-6` (the masses of every path agree within `1e-4`, the kernels' test).
 
 /// `ln 2` split for the Cody-Waite reduction of `fast_exp`: `LN2_HI` has few enough bits
 /// that `n * LN2_HI` is exact for the `n` that occur.
@@ -36,8 +36,8 @@ pub(crate) const LOGF: [f32; 9] = [
 pub(crate) const EXP_FLOOR: f32 = -87.0;
 /// Taylor coefficients of `2^f = exp(f ln 2)` for `f` in `[-1/2, 1/2]`, highest degree first
 /// (Horner order): `(ln 2)^k / k!` for `k = 5, ..., 0`. Relative error below `2.5e-6`
-/// (`(ln 2 / 2)^6 / 6!`): the exponentials of the AVX2 page masses, estimates that need less
-/// than the attention's own weights.
+/// (`(ln 2 / 2)^6 / 6!`): the exponentials of the AVX2 and AVX-512 page masses, estimates that
+/// need less than the attention's own weights.
 pub(crate) const EXP2_TAYLOR: [f32; 6] = [
     1.333_355_8e-3,
     9.618_129e-3,
