@@ -292,18 +292,24 @@ fn run_task<K: LayerKv + ?Sized>(
     t.l.resize(nh, 0.0);
     t.acc.clear();
     t.acc.resize(nh * d, 0.0);
-    // positions in `heads` of one run's heads
+    // positions in `heads` of one run's heads, and their queries: gathered again only when
+    // a run's heads differ from the last run's (runs of pages are short)
     let mut sub = [0usize; 64];
+    let mut nr = 0;
+    let mut gathered = 0u64;
     for &(r0, r1, mask) in &t.runs {
         let n = r1 - r0;
-        let mut nr = 0;
-        t.queries.clear();
-        for (i, &h) in t.heads.iter().enumerate() {
-            if mask & (1 << (h - g0)) != 0 {
-                t.queries.extend_from_slice(&queries[h * d..(h + 1) * d]);
-                sub[nr] = i;
-                nr += 1;
+        if mask != gathered {
+            nr = 0;
+            t.queries.clear();
+            for (i, &h) in t.heads.iter().enumerate() {
+                if mask & (1 << (h - g0)) != 0 {
+                    t.queries.extend_from_slice(&queries[h * d..(h + 1) * d]);
+                    sub[nr] = i;
+                    nr += 1;
+                }
             }
+            gathered = mask;
         }
         if nr == 0 {
             continue;
@@ -333,12 +339,18 @@ fn run_task<K: LayerKv + ?Sized>(
             t.m[i] = m;
             t.l[i] += exp_in_place(s, m);
         }
-        // weighted values of the run's heads, each value row read once
+        // weighted values of the run's heads, each value row read once: into the heads'
+        // `acc` rows in place when the run has every head of the task, else gathered
+        let values = k.bulk_values.slice(r0, r1, d);
+        if nr == nh {
+            block_accumulate(&mut t.acc, scores, values, d)?;
+            continue;
+        }
         t.run_acc.clear();
         for &i in &sub[..nr] {
             t.run_acc.extend_from_slice(&t.acc[i * d..(i + 1) * d]);
         }
-        block_accumulate(&mut t.run_acc, scores, k.bulk_values.slice(r0, r1, d), d)?;
+        block_accumulate(&mut t.run_acc, scores, values, d)?;
         for (a, &i) in t.run_acc.chunks_exact(d).zip(&sub[..nr]) {
             t.acc[i * d..(i + 1) * d].copy_from_slice(a);
         }
