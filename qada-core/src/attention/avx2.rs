@@ -14,7 +14,7 @@ use qada_stats::simd::x86::{hsum, hsum4};
 use qada_stats::simd::Avx2;
 use qada_stats::ChannelColumn;
 
-use super::column_tile::{prefetch_ahead, tile_len, tile_stride, MAX_HEADS};
+use super::column_tile::{finish_page, prefetch_ahead, tile_len, tile_stride, MAX_HEADS};
 use super::exp_constants::{EXP2_TAYLOR, EXP_FLOOR, EXP_TAYLOR, LN2_HI, LN2_LO, LOGF};
 
 /// `q . row` over the common prefix of `q` and `row` ([`crate::attention::Elem::dot`]).
@@ -601,19 +601,9 @@ pub unsafe fn column_page_masses(
                 score_heads::<1>(columns, weights, p, start + i, to, head_stride);
                 i += 8;
             }
-            for i in i..len {
-                for h in 0..heads {
-                    let mut x = 0.0f32;
-                    for (c, col) in columns.iter().enumerate() {
-                        x += weights[h * r + c]
-                            * (col.scales[p * col.stride] * col.codes[start + i] as f32);
-                    }
-                    tile[at(h, j) + i] = x;
-                }
-            }
-            for h in 0..heads {
-                tile[at(h, j) + len..at(h, j) + stride].fill(f32::NEG_INFINITY);
-            }
+            finish_page(columns, weights, p, start, (i, len, stride), tile, |h| {
+                at(h, j)
+            });
         }
         for h in 0..heads {
             let rp = tile.as_ptr();
@@ -751,16 +741,7 @@ mod tests {
         if Avx2::detect().is_none() {
             return;
         }
-        let mut worst = 0.0f64;
-        let mut x = -87.0f32;
-        while x < 20.0 {
-            let lanes: [f32; 8] = std::array::from_fn(|i| x + i as f32 * 1.7e-4);
-            for (&a, &b) in lanes.iter().zip(&estimate(lanes)) {
-                let e = (a as f64).exp();
-                worst = worst.max(((b as f64 - e) / e).abs());
-            }
-            x += 0.001_37;
-        }
+        let worst = crate::attention::exp_constants::worst_relative_error(estimate);
         assert!(worst < 6e-6, "worst relative error {worst}");
         let special = estimate([f32::NEG_INFINITY, -87.5, -1e30, 0.0, 1.0, -1.0, 0.5, -0.5]);
         assert_eq!(&special[..4], &[0.0, 0.0, 0.0, 1.0]);

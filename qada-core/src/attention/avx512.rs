@@ -9,7 +9,7 @@ use std::arch::x86_64::*;
 use qada_stats::simd::Avx512;
 use qada_stats::ChannelColumn;
 
-use super::column_tile::{prefetch_ahead, tile_len, tile_stride, MAX_HEADS};
+use super::column_tile::{finish_page, prefetch_ahead, tile_len, tile_stride, MAX_HEADS};
 use super::exp_constants::{EXP2_TAYLOR, EXP_FLOOR, LN2_HI, LN2_LO, LOGF};
 
 /// Heads whose sums one block keeps in registers: 8 heads times two 16-row chunks are 16
@@ -175,19 +175,9 @@ pub unsafe fn column_page_masses(
                 score_heads::<1>(columns, weights, p, start + i, to, head_stride);
                 i += 16;
             }
-            for i in i..len {
-                for h in 0..heads {
-                    let mut x = 0.0f32;
-                    for (c, col) in columns.iter().enumerate() {
-                        x += weights[h * r + c]
-                            * (col.scales[p * col.stride] * col.codes[start + i] as f32);
-                    }
-                    tile[at(h, j) + i] = x;
-                }
-            }
-            for h in 0..heads {
-                tile[at(h, j) + len..at(h, j) + stride].fill(f32::NEG_INFINITY);
-            }
+            finish_page(columns, weights, p, start, (i, len, stride), tile, |h| {
+                at(h, j)
+            });
         }
         for h in 0..heads {
             let rp = tile.as_ptr();
@@ -334,16 +324,7 @@ mod tests {
         if Avx512::detect().is_none() {
             return;
         }
-        let mut worst = 0.0f64;
-        let mut x = -87.0f32;
-        while x < 20.0 {
-            let lanes: [f32; 16] = std::array::from_fn(|i| x + i as f32 * 1.7e-4);
-            for (&a, &b) in lanes.iter().zip(&estimate(lanes)) {
-                let e = (a as f64).exp();
-                worst = worst.max(((b as f64 - e) / e).abs());
-            }
-            x += 0.001_37;
-        }
+        let worst = crate::attention::exp_constants::worst_relative_error(estimate);
         assert!(worst < 6e-6, "worst relative error {worst}");
         let mut special = [0.5f32; 16];
         special[..5].copy_from_slice(&[f32::NEG_INFINITY, -87.5, -1e30, f32::NAN, 0.0]);

@@ -15,6 +15,38 @@ pub(crate) fn tile_len(heads: usize, page: usize) -> usize {
     heads * 16 * tile_stride(page)
 }
 
+/// The end of one page's scores in the tile, after a kernel's vectors: rows `from..len` of
+/// page `p` (bulk rows from `start`) scored one at a time for every head, `sum_c w_hc (s_cp
+/// c_ic)` summed column by column as the vectors and the portable loop sum them, then `-inf`
+/// from `len` to `stride`, so that whole vectors can be read. Head `h`'s row `i` is at
+/// `tile[at(h) + i]`.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn finish_page(
+    columns: &[qada_stats::ChannelColumn<'_>],
+    weights: &[f32],
+    p: usize,
+    start: usize,
+    (from, len, stride): (usize, usize, usize),
+    tile: &mut [f32],
+    at: impl Fn(usize) -> usize,
+) {
+    if from == len && len == stride {
+        // a whole page of whole vectors: nothing left
+        return;
+    }
+    let r = columns.len();
+    for h in 0..weights.len() / r {
+        let row = &mut tile[at(h)..at(h) + stride];
+        for (i, x) in row.iter_mut().enumerate().take(len).skip(from) {
+            *x = columns.iter().enumerate().fold(0.0f32, |x, (c, col)| {
+                x + weights[h * r + c] * (col.scales[p * col.stride] * col.codes[start + i] as f32)
+            });
+        }
+        row[len..].fill(f32::NEG_INFINITY);
+    }
+}
+
 /// Most heads one call scores (a KV group of a selecting criterion has at most 64).
 pub(crate) const MAX_HEADS: usize = 64;
 
