@@ -698,10 +698,12 @@ fn keep_shared_first(
 /// Set `bit` in `chosen[p]` for every page whose weight in `order` (after
 /// [`budget_threshold`]: `exp(order_p - max)`) reaches the kept bin.
 fn mark(chosen: &mut [u64], order: &[f32], keep: Keep, bit: u64) {
+    let Some(least) = keep.least() else {
+        return;
+    };
     for (c, &w) in chosen.iter_mut().zip(order) {
-        if keep.keeps(w) {
-            *c |= bit;
-        }
+        // no branch, so that the loop vectorizes
+        *c |= bit & 0u64.wrapping_sub(u64::from(w.to_bits() >= least));
     }
 }
 
@@ -714,12 +716,27 @@ enum Keep {
 }
 
 impl Keep {
-    fn keeps(self, w: f32) -> bool {
+    /// The least bit pattern of a kept weight (every `f32`'s for `All`); `None` keeps nothing.
+    fn least(self) -> Option<u32> {
         match self {
-            Keep::All => true,
-            Keep::None => false,
-            Keep::From(bin) => bin_of(w) >= bin,
+            Keep::All => Some(0),
+            Keep::None => None,
+            Keep::From(bin) => Some(least_bits(bin)),
         }
+    }
+    #[cfg(test)]
+    fn keeps(self, w: f32) -> bool {
+        self.least().is_some_and(|least| w.to_bits() >= least)
+    }
+}
+
+/// The least bit pattern of bin `bin`'s weights: `bin_of(w) >= bin` exactly when
+/// `w.to_bits() >= least_bits(bin)`, for every `f32` (a weight's bits grow with it, and the
+/// bins clip at both ends).
+fn least_bits(bin: usize) -> u32 {
+    match bin {
+        0 => 0,
+        b => ((b.min(N_BINS - 1) + 63 * 8) as u32) << 20,
     }
 }
 
@@ -752,7 +769,11 @@ fn budget_threshold(
     log_local: f64,
     tau: Tau,
 ) -> Keep {
-    let finite = |v: &[f32]| v.iter().all(|x| x.is_finite() || *x == f32::NEG_INFINITY);
+    // no early exit, so that the scan vectorizes
+    let finite = |v: &[f32]| {
+        !v.iter()
+            .fold(false, |bad, x| bad | (x.is_nan() | (*x == f32::INFINITY)))
+    };
     if !finite(order) || !finite(mass) || lower.as_deref().is_some_and(|l| !finite(l)) {
         return Keep::All;
     }
@@ -763,52 +784,192 @@ fn budget_threshold(
     if top == f32::NEG_INFINITY || reference == f32::NEG_INFINITY {
         return Keep::None;
     }
-    let certified = lower.is_some();
     exp_in_place(order, top);
     exp_in_place(mass, reference);
-    let mut u_bins = [0.0f64; N_BINS];
-    let mut l_bins = [0.0f64; N_BINS];
-    match lower {
-        Some(lower) => {
-            exp_in_place(lower, reference);
-            for ((&w, &m), &l) in order.iter().zip(mass.iter()).zip(lower.iter()) {
-                let b = bin_of(w);
-                u_bins[b] += m as f64;
-                l_bins[b] += l as f64;
-            }
-        }
-        None => {
-            for (&w, &m) in order.iter().zip(mass.iter()) {
-                let b = bin_of(w);
-                u_bins[b] += m as f64;
-                l_bins[b] += m as f64;
-            }
-        }
-    }
     let eps = 1.0 - tau.get();
     let local = (log_local - reference as f64).exp();
-    let l_all: f64 = l_bins.iter().sum();
-    let (mut u_out, mut l_out) = (0.0f64, 0.0f64);
-    for b in 0..N_BINS {
-        let (u, l) = (u_out + u_bins[b], l_out + l_bins[b]);
-        // estimate: the left-out estimate against the whole estimated total; certified: the
-        // left-out bound against the local mass, the kept lower bounds and it
-        let total = if certified {
-            local + (l_all - l).max(0.0) + u
-        } else {
-            local + l_all
-        };
-        if u * (1.0 + 1e-6) > eps * total * (1.0 - 1e-6) || u.is_nan() {
-            return Keep::From(b);
+    let u_bins = binned(order, mass);
+    let first = match lower {
+        Some(lower) => {
+            exp_in_place(lower, reference);
+            let l_bins = binned(order, lower);
+            let l_all = octave_sums(&l_bins).sum::<f64>();
+            // the left-out bound against the local mass, the kept lower bounds and it
+            first_bin_over(&u_bins, &l_bins, |u, l| {
+                over_budget(u, eps, local + (l_all - l).max(0.0) + u)
+            })
         }
-        (u_out, l_out) = (u, l);
+        None => {
+            // the left-out estimate against the whole estimated total
+            let total = local + octave_sums(&u_bins).sum::<f64>();
+            first_bin_over(&u_bins, &u_bins, |u, _| over_budget(u, eps, total))
+        }
+    };
+    first.map_or(Keep::None, Keep::From)
+}
+
+/// The bins, eight at a time: an octave of the weights.
+fn octave_sums(bins: &Bins) -> impl Iterator<Item = f64> + '_ {
+    bins.chunks(8).map(|c| c.iter().sum::<f64>())
+}
+
+/// The first bin at which `over(U, L)` holds, `U` and `L` the sums of `u` and `l` over it and
+/// every bin below; `over` must hold from there on (it grows with `U` and `L`). An octave at a
+/// time, then a bin: the sums of 513 bins in one chain of additions would wait on each other.
+fn first_bin_over(u: &Bins, l: &Bins, over: impl Fn(f64, f64) -> bool) -> Option<usize> {
+    let (mut u_out, mut l_out) = (0.0f64, 0.0f64);
+    for (o, (u8s, l8s)) in u.chunks(8).zip(l.chunks(8)).enumerate() {
+        let (su, sl) = (u8s.iter().sum::<f64>(), l8s.iter().sum::<f64>());
+        if !over(u_out + su, l_out + sl) {
+            (u_out, l_out) = (u_out + su, l_out + sl);
+            continue;
+        }
+        for (k, (&ub, &lb)) in u8s.iter().zip(l8s).enumerate() {
+            (u_out, l_out) = (u_out + ub, l_out + lb);
+            if over(u_out, l_out) {
+                return Some(o * 8 + k);
+            }
+        }
+        // the octave's sum rounded over, its bins one by one did not: the last one
+        return Some(o * 8 + u8s.len() - 1);
     }
-    Keep::None
+    None
+}
+
+/// Sums of f64 values, one a bin.
+type Bins = [f64; N_BINS];
+
+/// Whether a left-out mass `u` exceeds `eps` of `total` (with a margin of 1e-6 each way for
+/// the f32 exponentials; NaN exceeds).
+fn over_budget(u: f64, eps: f64, total: f64) -> bool {
+    u * (1.0 + 1e-6) > eps * total * (1.0 - 1e-6) || u.is_nan()
+}
+
+/// `sum v_p` in f64 per bin of the weight `w_p`, for the weights `w` and values `v` of the
+/// pages. Four pages at a time into four sets of bins, added at the end: neighbouring pages
+/// often share a bin, and one set would make each wait for the last one's sum to be stored.
+fn binned(weights: &[f32], values: &[f32]) -> Bins {
+    let mut sets = [[0.0f64; N_BINS]; 4];
+    let (w4, v4) = (weights.chunks_exact(4), values.chunks_exact(4));
+    let (w_tail, v_tail) = (w4.remainder(), v4.remainder());
+    for (w, v) in w4.zip(v4) {
+        for k in 0..4 {
+            sets[k][bin_of(w[k])] += v[k] as f64;
+        }
+    }
+    for (&w, &v) in w_tail.iter().zip(v_tail) {
+        sets[0][bin_of(w)] += v as f64;
+    }
+    std::array::from_fn(|b| (sets[0][b] + sets[1][b]) + (sets[2][b] + sets[3][b]))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    /// The kept bin as its definition reads: the first bin `b` at which the pages of bins up
+    /// to `b`, summed one by one in f64, exceed the budget (`w` the weights, `m` and `l` the
+    /// masses and lower bounds as [`budget_threshold`] leaves them).
+    fn threshold_by_definition(
+        w: &[f32],
+        m: &[f32],
+        l: Option<&[f32]>,
+        local: f64,
+        eps: f64,
+    ) -> Keep {
+        let certified = l.is_some();
+        let l = l.unwrap_or(m);
+        let l_all: f64 = l.iter().map(|&x| x as f64).sum();
+        for b in 0..N_BINS {
+            let out = |v: &[f32]| -> f64 {
+                w.iter()
+                    .zip(v)
+                    .filter(|(w, _)| bin_of(**w) <= b)
+                    .map(|(_, &x)| x as f64)
+                    .sum()
+            };
+            let (u, lo) = (out(m), out(l));
+            let total = if certified {
+                local + (l_all - lo).max(0.0) + u
+            } else {
+                local + l_all
+            };
+            if over_budget(u, eps, total) {
+                return Keep::From(b);
+            }
+        }
+        Keep::None
+    }
+
+    proptest! {
+        #[test]
+        fn a_weight_reaches_a_bin_exactly_when_its_bits_reach_the_bins_least(
+            bin in 0..N_BINS,
+            // any pattern, or one beside the bin's edge or the next one's (the exponent and
+            // three mantissa bits step every 2^20)
+            near in prop::option::of((-1i32..2, -2i32..2)),
+            any_bits in any::<u32>(),
+        ) {
+            let bits = match near {
+                Some((k, d)) => (((bin as i32 + 63 * 8 + k) as u32) << 20).wrapping_add_signed(d),
+                None => any_bits,
+            };
+            prop_assert_eq!(bin_of(f32::from_bits(bits)) >= bin, bits >= least_bits(bin));
+        }
+
+        #[test]
+        fn the_kept_bin_is_the_first_whose_left_out_pages_exceed_the_budget(
+            // per page: ln mass, how it is rounded (0: as is, 1: to whole nats, so that
+            // pages share bins, 2: no mass), whether an earlier head chose it, the gap to
+            // its lower bound
+            pages in prop::collection::vec(
+                (-50.0f32..5.0, 0u8..3, any::<bool>(), 0.0f32..4.0),
+                1..300,
+            ),
+            log_local in -12.0f64..8.0,
+            tau in 0.3f64..0.9999,
+            certified in any::<bool>(),
+        ) {
+            let mass: Vec<f32> = pages
+                .iter()
+                .map(|&(m, how, _, _)| match how {
+                    0 => m,
+                    1 => m.round(),
+                    _ => f32::NEG_INFINITY,
+                })
+                .collect();
+            let order: Vec<f32> = mass
+                .iter()
+                .zip(&pages)
+                .map(|(&m, &(_, _, shared, _))| if shared { m + SHARED_PAGE_WEIGHT.ln() } else { m })
+                .collect();
+            let lower: Vec<f32> = mass.iter().zip(&pages).map(|(&m, p)| m - p.3).collect();
+            let (mut o, mut m, mut l) = (order.clone(), mass.clone(), lower.clone());
+            let tau = Tau::new(tau).unwrap();
+            let keep = budget_threshold(
+                &mut o,
+                &mut m,
+                certified.then_some(&mut l[..]),
+                log_local,
+                tau,
+            );
+            let reference = max_score(&mass, f32::NEG_INFINITY);
+            if reference == f32::NEG_INFINITY {
+                prop_assert_eq!(keep, Keep::None);
+                return Ok(());
+            }
+            let local = (log_local - reference as f64).exp();
+            let expected = threshold_by_definition(
+                &o,
+                &m,
+                certified.then_some(&l[..]),
+                local,
+                1.0 - tau.get(),
+            );
+            prop_assert_eq!(keep, expected);
+        }
+    }
 
     #[test]
     fn masses_by_channel_equal_those_of_the_rows_scores_on_those_channels() {
