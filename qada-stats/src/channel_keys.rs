@@ -161,6 +161,10 @@ impl ChannelKeys {
     fn push_run(&mut self, run: &[f32]) {
         let d = self.dim();
         let (at, take) = (self.rows % self.page, run.len() / d);
+        if take == 1 {
+            self.push_one(run, at);
+            return;
+        }
         let page_start = self.rows - at;
         if at == 0 {
             self.scales.resize(self.scales.len() + d, 0.0);
@@ -192,6 +196,48 @@ impl ChannelKeys {
             }
         }
         self.rows += take;
+    }
+
+    /// One key, row `at` of the open page (a decoding step): what [`ChannelKeys::push_run`]
+    /// does for a run of one, with the channels' maxima, scales and the key's codes taken 64
+    /// channels at a time in a loop without branches, then one code pushed a channel, or the
+    /// page's codes redone where the key raised the channel's maximum.
+    fn push_one(&mut self, key: &[f32], at: usize) {
+        const CHUNK: usize = 64;
+        let d = self.dim();
+        let page_start = self.rows - at;
+        if at == 0 {
+            self.scales.resize(self.scales.len() + d, 0.0);
+            self.open_max.fill(0.0);
+        }
+        self.open[at * d..(at + 1) * d].copy_from_slice(key);
+        let (mut codes, mut grew) = ([0i8; CHUNK], [false; CHUNK]);
+        for j0 in (0..d).step_by(CHUNK) {
+            let w = CHUNK.min(d - j0);
+            let scales = &mut self.scales[page_start / self.page * d + j0..][..w];
+            let maxima = &mut self.open_max[j0..][..w];
+            for (i, &k) in key[j0..j0 + w].iter().enumerate() {
+                // the new largest |k_j|, NaN once one is NaN (as `push_run` keeps it)
+                let a = k.abs();
+                let g = a > maxima[i] || (a.is_nan() && !maxima[i].is_nan());
+                maxima[i] = if g { a } else { maxima[i] };
+                scales[i] = if g { a / CODE_MAX } else { scales[i] };
+                grew[i] = g;
+                codes[i] = code(k, scales[i]);
+            }
+            for i in 0..w {
+                let (j, column) = (j0 + i, &mut self.codes[j0 + i]);
+                if grew[i] && at > 0 {
+                    // the earlier keys' codes at the raised scale (the key's own among them)
+                    let s = scales[i];
+                    column.truncate(page_start);
+                    column.extend((0..=at).map(|r| code(self.open[r * d + j], s)));
+                } else {
+                    column.push(codes[i]);
+                }
+            }
+        }
+        self.rows += 1;
     }
 }
 
@@ -254,9 +300,10 @@ mod tests {
         /// pushing them one at a time gives.
         #[test]
         fn runs_of_keys_are_the_keys_one_at_a_time(
-            d in 1usize..6, page in 1usize..9, n in 0usize..40,
+            // past one chunk of 64 channels too (`push_one`)
+            d in prop_oneof![1usize..6, 63usize..70], page in 1usize..9, n in 0usize..40,
             cuts in prop::collection::vec(0usize..40, 0..4),
-            values in prop::collection::vec(value(), 240),
+            values in prop::collection::vec(value(), 40 * 70),
         ) {
             let keys = &values[..n * d];
             let mut one = ChannelKeys::new(d, page).unwrap();
