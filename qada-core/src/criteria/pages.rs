@@ -795,14 +795,14 @@ fn budget_threshold(
             let l_bins = binned(order, lower);
             let l_all = octave_sums(&l_bins).sum::<f64>();
             // the left-out bound against the local mass, the kept lower bounds and it
-            first_bin_over(&u_bins, &l_bins, |u, l| {
+            first_bin_over(&u_bins, Some(&l_bins), |u, l| {
                 over_budget(u, eps, local + (l_all - l).max(0.0) + u)
             })
         }
         None => {
             // the left-out estimate against the whole estimated total
             let total = local + octave_sums(&u_bins).sum::<f64>();
-            first_bin_over(&u_bins, &u_bins, |u, _| over_budget(u, eps, total))
+            first_bin_over(&u_bins, None, |u, _| over_budget(u, eps, total))
         }
     };
     first.map_or(Keep::None, Keep::From)
@@ -814,9 +814,12 @@ fn octave_sums(bins: &Bins) -> impl Iterator<Item = f64> + '_ {
 }
 
 /// The first bin at which `over(U, L)` holds, `U` and `L` the sums of `u` and `l` over it and
-/// every bin below; `over` must hold from there on (it grows with `U` and `L`). An octave at a
-/// time, then a bin: the sums of 513 bins in one chain of additions would wait on each other.
-fn first_bin_over(u: &Bins, l: &Bins, over: impl Fn(f64, f64) -> bool) -> Option<usize> {
+/// every bin below (`L` 0 without `l`: the estimate rules have no lower bounds); `over` must
+/// hold from there on (it grows with `U` and `L`). An octave at a time, then a bin: the sums
+/// of 513 bins in one chain of additions would wait on each other.
+fn first_bin_over(u: &Bins, l: Option<&Bins>, over: impl Fn(f64, f64) -> bool) -> Option<usize> {
+    const NONE: Bins = [0.0; N_BINS];
+    let l = l.unwrap_or(&NONE);
     let (mut u_out, mut l_out) = (0.0f64, 0.0f64);
     for (o, (u8s, l8s)) in u.chunks(8).zip(l.chunks(8)).enumerate() {
         let (su, sl) = (u8s.iter().sum::<f64>(), l8s.iter().sum::<f64>());
