@@ -19,6 +19,9 @@ use crate::{Result, StatsError};
 /// Largest code: codes are symmetric, `[-127, 127]`.
 const CODE_MAX: f32 = 127.0;
 
+/// Keys of a run whose codes [`ChannelKeys::push_run`] takes at a time (on the stack).
+const ROWS: usize = 8;
+
 /// One channel's codes (one per key) and scales (one per page), as a kernel reads them.
 #[derive(Clone, Copy, Debug)]
 pub struct ChannelColumn<'a> {
@@ -157,87 +160,67 @@ impl ChannelKeys {
         Ok(())
     }
 
-    /// Keys that all fall in the open page (or open the next one).
+    /// Keys that all fall in the open page (or open the next one), 64 channels at a time:
+    ///
+    /// 1. the channels' largest `|k_j|` over the run and their scales, in loops without
+    ///    branches (NaN once a key is NaN, as [`ChannelKeys::push`] keeps it);
+    /// 2. the run's codes at those scales, [`ROWS`] keys at a time, row by row without
+    ///    branches, pushed a channel at a time where the run left the channel's scale as it
+    ///    was (or opened the page);
+    /// 3. where the run raised a channel's maximum in a page it did not open, that channel's
+    ///    codes of the whole page redone at the raised scale (the run's own among them).
+    ///
+    /// A decoding step pushes a run of one key; prefill, runs up to a page.
     fn push_run(&mut self, run: &[f32]) {
+        const CHUNK: usize = 64;
         let d = self.dim();
         let (at, take) = (self.rows % self.page, run.len() / d);
-        if take == 1 {
-            self.push_one(run, at);
-            return;
-        }
         let page_start = self.rows - at;
         if at == 0 {
             self.scales.resize(self.scales.len() + d, 0.0);
             self.open_max.fill(0.0);
         }
         self.open[at * d..(at + take) * d].copy_from_slice(run);
-        let open = &self.open[..(at + take) * d];
-        let scales = &mut self.scales[page_start / self.page * d..];
-        for (j, (codes, max)) in self.codes.iter_mut().zip(&mut self.open_max).enumerate() {
-            // the run's largest |k_j|, NaN once one is NaN (as `push` keeps it); indexed
-            // loops, whose length `extend` knows (a strided iterator's it does not)
-            let m = (0..take).fold(*max, |m, i| {
-                let a = run[i * d + j].abs();
-                if a > m || (a.is_nan() && !m.is_nan()) {
-                    a
-                } else {
-                    m
-                }
-            });
-            if m > *max || (m.is_nan() && !max.is_nan()) {
-                *max = m;
-                let s = m / CODE_MAX;
-                scales[j] = s;
-                codes.truncate(page_start);
-                codes.extend((0..at + take).map(|i| code(open[i * d + j], s)));
-            } else {
-                let s = scales[j];
-                codes.extend((0..take).map(|i| code(run[i * d + j], s)));
-            }
-        }
-        self.rows += take;
-    }
-
-    /// One key, row `at` of the open page (a decoding step): what [`ChannelKeys::push_run`]
-    /// does for a run of one, with the channels' maxima, scales and the key's codes taken 64
-    /// channels at a time in a loop without branches, then one code pushed a channel, or the
-    /// page's codes redone where the key raised the channel's maximum.
-    fn push_one(&mut self, key: &[f32], at: usize) {
-        const CHUNK: usize = 64;
-        let d = self.dim();
-        let page_start = self.rows - at;
-        if at == 0 {
-            self.scales.resize(self.scales.len() + d, 0.0);
-            self.open_max.fill(0.0);
-        }
-        self.open[at * d..(at + 1) * d].copy_from_slice(key);
-        let (mut codes, mut grew) = ([0i8; CHUNK], [false; CHUNK]);
+        let (mut codes, mut grew) = ([[0i8; CHUNK]; ROWS], [false; CHUNK]);
         for j0 in (0..d).step_by(CHUNK) {
             let w = CHUNK.min(d - j0);
             let scales = &mut self.scales[page_start / self.page * d + j0..][..w];
             let maxima = &mut self.open_max[j0..][..w];
-            for (i, &k) in key[j0..j0 + w].iter().enumerate() {
-                // the new largest |k_j|, NaN once one is NaN (as `push_run` keeps it)
-                let a = k.abs();
-                let g = a > maxima[i] || (a.is_nan() && !maxima[i].is_nan());
-                maxima[i] = if g { a } else { maxima[i] };
-                scales[i] = if g { a / CODE_MAX } else { scales[i] };
-                grew[i] = g;
-                codes[i] = code(k, scales[i]);
+            let grew = &mut grew[..w];
+            grew.fill(false);
+            for key in run.chunks_exact(d) {
+                for ((m, g), &k) in maxima.iter_mut().zip(grew.iter_mut()).zip(&key[j0..j0 + w]) {
+                    let a = k.abs();
+                    let up = a > *m || (a.is_nan() && !m.is_nan());
+                    *m = if up { a } else { *m };
+                    *g |= up;
+                }
             }
-            for i in 0..w {
-                let (j, column) = (j0 + i, &mut self.codes[j0 + i]);
+            for ((s, &m), &g) in scales.iter_mut().zip(maxima.iter()).zip(grew.iter()) {
+                *s = if g { m / CODE_MAX } else { *s };
+            }
+            for block in run.chunks(ROWS * d) {
+                let n = block.len() / d;
+                for (row, key) in codes.iter_mut().zip(block.chunks_exact(d)) {
+                    for ((c, &k), &s) in row.iter_mut().zip(&key[j0..j0 + w]).zip(scales.iter()) {
+                        *c = code(k, s);
+                    }
+                }
+                for (i, column) in self.codes[j0..j0 + w].iter_mut().enumerate() {
+                    if !grew[i] || at == 0 {
+                        column.extend(codes[..n].iter().map(|row| row[i]));
+                    }
+                }
+            }
+            for (i, column) in self.codes[j0..j0 + w].iter_mut().enumerate() {
                 if grew[i] && at > 0 {
-                    // the earlier keys' codes at the raised scale (the key's own among them)
-                    let s = scales[i];
+                    let (j, s) = (j0 + i, scales[i]);
                     column.truncate(page_start);
-                    column.extend((0..=at).map(|r| code(self.open[r * d + j], s)));
-                } else {
-                    column.push(codes[i]);
+                    column.extend((0..at + take).map(|r| code(self.open[r * d + j], s)));
                 }
             }
         }
-        self.rows += 1;
+        self.rows += take;
     }
 }
 
@@ -300,7 +283,7 @@ mod tests {
         /// pushing them one at a time gives.
         #[test]
         fn runs_of_keys_are_the_keys_one_at_a_time(
-            // past one chunk of 64 channels too (`push_one`)
+            // past one chunk of 64 channels too
             d in prop_oneof![1usize..6, 63usize..70], page in 1usize..9, n in 0usize..40,
             cuts in prop::collection::vec(0usize..40, 0..4),
             values in prop::collection::vec(value(), 40 * 70),
@@ -326,6 +309,45 @@ mod tests {
             };
             prop_assert_eq!(bits(&runs), bits(&one));
             prop_assert!(runs.push_rows(&values[..d + 1]).is_err() || d == 1);
+        }
+    }
+
+    proptest! {
+        /// After any runs of keys, every page's scale is its largest `|k_j|` (NaN where a
+        /// key is NaN) over 127 and every code is its key's at that scale: the copy equals a
+        /// recomputation from the keys, bit for bit.
+        #[test]
+        fn the_copy_equals_a_recomputation_from_the_keys(
+            d in prop_oneof![1usize..6, 63usize..70], page in 1usize..20, n in 0usize..45,
+            cuts in prop::collection::vec(0usize..45, 0..4),
+            values in prop::collection::vec(value(), 45 * 70),
+        ) {
+            let keys = &values[..n * d];
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(n) * d).collect();
+            cuts.sort_unstable();
+            let mut copy = ChannelKeys::new(d, page).unwrap();
+            let mut from = 0;
+            for c in cuts.into_iter().chain([keys.len()]) {
+                copy.push_rows(&keys[from..c]).unwrap();
+                from = c;
+            }
+            for j in 0..d {
+                let col = copy.column(j).unwrap();
+                prop_assert_eq!(col.codes.len(), n);
+                for (p, rows) in keys.chunks(page * d).enumerate() {
+                    let channel = rows.chunks_exact(d).map(|k| k[j]);
+                    let max = if channel.clone().any(f32::is_nan) {
+                        f32::NAN
+                    } else {
+                        channel.clone().map(f32::abs).fold(0.0, f32::max)
+                    };
+                    let s = max / CODE_MAX;
+                    prop_assert_eq!(col.scales[p * d].to_bits(), s.to_bits(), "page {} channel {}", p, j);
+                    for (i, k) in channel.enumerate() {
+                        prop_assert_eq!(col.codes[p * page + i], code(k, s), "page {} row {} channel {}", p, i, j);
+                    }
+                }
+            }
         }
     }
 
