@@ -267,6 +267,20 @@ mod tests {
         ]
     }
 
+    /// `keys` (rows of `d`) pushed into a new copy in runs cut at the given rows.
+    fn pushed_in_runs(d: usize, page: usize, keys: &[f32], cuts: Vec<usize>) -> ChannelKeys {
+        let n = keys.len() / d;
+        let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(n) * d).collect();
+        cuts.sort_unstable();
+        let mut copy = ChannelKeys::new(d, page).unwrap();
+        let mut from = 0;
+        for c in cuts.into_iter().chain([keys.len()]) {
+            copy.push_rows(&keys[from..c]).unwrap();
+            from = c;
+        }
+        copy
+    }
+
     proptest! {
         /// The code is `round(x / s)` (half away from zero) clamped to `[-127, 127]`, 0 for
         /// a NaN quotient, for any key and scale.
@@ -293,14 +307,7 @@ mod tests {
             for k in keys.chunks_exact(d) {
                 one.push(k).unwrap();
             }
-            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(n) * d).collect();
-            cuts.sort_unstable();
-            let mut runs = ChannelKeys::new(d, page).unwrap();
-            let mut from = 0;
-            for c in cuts.into_iter().chain([keys.len()]) {
-                runs.push_rows(&keys[from..c]).unwrap();
-                from = c;
-            }
+            let mut runs = pushed_in_runs(d, page, keys, cuts);
             // bit for bit (a NaN scale is not equal to itself)
             let bits = |c: &ChannelKeys| {
                 let open = c.rows % c.page * c.dim();
@@ -310,9 +317,7 @@ mod tests {
             prop_assert_eq!(bits(&runs), bits(&one));
             prop_assert!(runs.push_rows(&values[..d + 1]).is_err() || d == 1);
         }
-    }
 
-    proptest! {
         /// After any runs of keys, every page's scale is its largest `|k_j|` (NaN where a
         /// key is NaN) over 127 and every code is its key's at that scale: the copy equals a
         /// recomputation from the keys, bit for bit.
@@ -323,14 +328,7 @@ mod tests {
             values in prop::collection::vec(value(), 45 * 70),
         ) {
             let keys = &values[..n * d];
-            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(n) * d).collect();
-            cuts.sort_unstable();
-            let mut copy = ChannelKeys::new(d, page).unwrap();
-            let mut from = 0;
-            for c in cuts.into_iter().chain([keys.len()]) {
-                copy.push_rows(&keys[from..c]).unwrap();
-                from = c;
-            }
+            let copy = pushed_in_runs(d, page, keys, cuts);
             for j in 0..d {
                 let col = copy.column(j).unwrap();
                 prop_assert_eq!(col.codes.len(), n);
