@@ -49,8 +49,14 @@ impl ChannelColumn<'_> {
 pub struct ChannelKeys {
     page: usize,
     rows: usize,
-    /// Per channel, the codes of every key held.
-    codes: Vec<Vec<i8>>,
+    /// Room for `cap` keys' codes a channel.
+    cap: usize,
+    /// Every channel's codes in one buffer, channel `j`'s `rows` codes at `j cap..`: adding
+    /// a key writes one byte a channel at an address known without reading memory (a
+    /// decoding step's copy is out of the caches, and a code behind a vector's header would
+    /// wait on two misses).
+    codes: Vec<i8>,
+    dim: usize,
     /// Every page's scales, `n_pages x dim` row-major.
     scales: Vec<f32>,
     /// The open page's keys, `page x dim` row-major.
@@ -76,7 +82,9 @@ impl ChannelKeys {
         Ok(ChannelKeys {
             page,
             rows: 0,
-            codes: vec![Vec::new(); dim],
+            cap: 0,
+            codes: Vec::new(),
+            dim,
             scales: Vec::new(),
             open: vec![0.0; dim * page],
             open_max: vec![0.0; dim],
@@ -85,7 +93,7 @@ impl ChannelKeys {
 
     /// Key length `d`.
     pub fn dim(&self) -> usize {
-        self.codes.len()
+        self.dim
     }
     /// Keys held.
     pub fn n_rows(&self) -> usize {
@@ -93,11 +101,18 @@ impl ChannelKeys {
     }
     /// Channel `j`'s codes and scales, `None` past the key length.
     pub fn column(&self, j: usize) -> Option<ChannelColumn<'_>> {
+        if j >= self.dim {
+            return None;
+        }
         Some(ChannelColumn {
-            codes: self.codes.get(j)?,
+            codes: self.codes_of(j),
             scales: self.scales.get(j..).unwrap_or(&[]),
             stride: self.dim(),
         })
+    }
+    /// Channel `j`'s codes (`j < dim`).
+    fn codes_of(&self, j: usize) -> &[i8] {
+        &self.codes[j * self.cap..j * self.cap + self.rows]
     }
     /// Bytes of the codes and the scales (what reading every column reads).
     pub fn bytes(&self) -> usize {
@@ -109,15 +124,24 @@ impl ChannelKeys {
         let scales = rows.div_ceil(self.page) * self.dim();
         self.scales
             .reserve(scales.saturating_sub(self.scales.len()));
-        for c in &mut self.codes {
-            c.reserve(rows.saturating_sub(c.len()));
+        if rows > self.cap {
+            self.grow(rows);
         }
     }
-    /// Forget every key.
+    /// Forget every key (the room stays).
     pub fn clear(&mut self) {
         self.rows = 0;
-        self.codes.iter_mut().for_each(Vec::clear);
         self.scales.clear();
+    }
+
+    /// Room for `cap > self.cap` keys a channel: the codes held move to their new places.
+    fn grow(&mut self, cap: usize) {
+        let mut codes = vec![0i8; self.dim * cap];
+        for (j, to) in codes.chunks_exact_mut(cap).enumerate() {
+            to[..self.rows].copy_from_slice(&self.codes[j * self.cap..j * self.cap + self.rows]);
+        }
+        self.codes = codes;
+        self.cap = cap;
     }
 
     /// Add one key (`dim` values).
@@ -176,6 +200,11 @@ impl ChannelKeys {
         let d = self.dim();
         let (at, take) = (self.rows % self.page, run.len() / d);
         let page_start = self.rows - at;
+        if self.rows + take > self.cap {
+            // doubling, as a vector would: a key at a time stays amortized O(1)
+            self.grow((self.rows + take).max(2 * self.cap).max(self.page));
+        }
+        let cap = self.cap;
         if at == 0 {
             self.scales.resize(self.scales.len() + d, 0.0);
             self.open_max.fill(0.0);
@@ -199,24 +228,29 @@ impl ChannelKeys {
             for ((s, &m), &g) in scales.iter_mut().zip(maxima.iter()).zip(grew.iter()) {
                 *s = if g { m / CODE_MAX } else { *s };
             }
-            for block in run.chunks(ROWS * d) {
-                let n = block.len() / d;
+            for (b, block) in run.chunks(ROWS * d).enumerate() {
+                let (n, row0) = (block.len() / d, self.rows + b * ROWS);
                 for (row, key) in codes.iter_mut().zip(block.chunks_exact(d)) {
                     for ((c, &k), &s) in row.iter_mut().zip(&key[j0..j0 + w]).zip(scales.iter()) {
                         *c = code(k, s);
                     }
                 }
-                for (i, column) in self.codes[j0..j0 + w].iter_mut().enumerate() {
-                    if !grew[i] || at == 0 {
-                        column.extend(codes[..n].iter().map(|row| row[i]));
+                for (i, &g) in grew.iter().enumerate() {
+                    if !g || at == 0 {
+                        let to = &mut self.codes[(j0 + i) * cap + row0..][..n];
+                        for (c, row) in to.iter_mut().zip(&codes[..n]) {
+                            *c = row[i];
+                        }
                     }
                 }
             }
-            for (i, column) in self.codes[j0..j0 + w].iter_mut().enumerate() {
-                if grew[i] && at > 0 {
+            for (i, &g) in grew.iter().enumerate() {
+                if g && at > 0 {
                     let (j, s) = (j0 + i, scales[i]);
-                    column.truncate(page_start);
-                    column.extend((0..at + take).map(|r| code(self.open[r * d + j], s)));
+                    let to = &mut self.codes[j * cap + page_start..][..at + take];
+                    for (r, c) in to.iter_mut().enumerate() {
+                        *c = code(self.open[r * d + j], s);
+                    }
                 }
             }
         }
@@ -231,7 +265,8 @@ impl PartialEq for ChannelKeys {
         let open = self.rows % self.page * self.dim();
         self.page == other.page
             && self.rows == other.rows
-            && self.codes == other.codes
+            && self.dim == other.dim
+            && (0..self.dim).all(|j| self.codes_of(j) == other.codes_of(j))
             && self.scales == other.scales
             && self.open[..open] == other.open[..open]
     }
@@ -312,7 +347,9 @@ mod tests {
             let bits = |c: &ChannelKeys| {
                 let open = c.rows % c.page * c.dim();
                 let f = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-                (c.rows, c.codes.clone(), f(&c.scales), f(&c.open[..open]), f(&c.open_max))
+                let codes: Vec<Vec<i8>> =
+                    (0..c.dim()).map(|j| c.column(j).unwrap().codes.to_vec()).collect();
+                (c.rows, codes, f(&c.scales), f(&c.open[..open]), f(&c.open_max))
             };
             prop_assert_eq!(bits(&runs), bits(&one));
             prop_assert!(runs.push_rows(&values[..d + 1]).is_err() || d == 1);
