@@ -275,6 +275,84 @@ proptest! {
     }
 }
 
+proptest! {
+    // bulks of 2k keys and more: fewer cases
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// On bulks long enough that a layer's KV groups decide a run of them a thread, each
+    /// thread reading its groups' bulk as soon as it has decided them: the outputs, rows
+    /// and decisions of a run with no summaries (decided in turn, then read), bit for bit,
+    /// on one thread or two.
+    #[test]
+    fn groups_that_read_their_bulk_once_decided_give_what_deciding_all_first_gives(
+        n_kv in 2usize..4,
+        group in 1usize..4,
+        page in prop_oneof![Just(8usize), Just(32usize)],
+        extra in 0usize..300,
+        seed in any::<u64>(),
+        threads in 1usize..3,
+    ) {
+        let (d, sink, local) = (8, 4, 20);
+        // past the bulk from which groups of a criterion with pages decide in parallel
+        let t = 2048 + local + extra;
+        let mut x = seed | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
+        };
+        let kvs: Vec<Vec<f32>> = (0..n_kv).map(|_| (0..2 * t * d).map(|_| next()).collect()).collect();
+        let heads = common::heads_of(kvs, d, sink, local);
+        let q: Vec<f32> = (0..n_kv * group * d).map(|_| next()).collect();
+        let bulk = heads[0].segments().bulk_len();
+        let masks = seeded_masks(seed, bulk.div_ceil(page), group);
+        let plain = FixedPages { page, masks: masks.clone() };
+        let kv: Vec<_> = heads.iter().map(|h| h.segments()).collect();
+        let scale = 1.0 / (d as f32).sqrt();
+        let run = |c: &dyn LocalityCriterion| {
+            let mut scratch = LayerScratch::new();
+            let mut out = vec![0.0; n_kv * group * d];
+            attend_layer(c, 0, &q, &kv, scale, &mut scratch, &mut out).unwrap();
+            let r = scratch.reads();
+            let counts = (r.selected_groups, r.reused_groups, r.summary_bytes.clone());
+            (out, r.head_rows.clone(), r.group_rows.clone(), counts, scratch.decisions().to_vec())
+        };
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+        let fused = pool.install(|| run(&WithPages(FixedPages { page, masks: masks.clone() })));
+        prop_assert_eq!(&fused, &run(&plain));
+        for h in 0..n_kv * group {
+            let kept = |i: usize| masks[i / page] & (1 << (h % group)) != 0;
+            let expect = reference(&heads[h / group], &q[h * d..(h + 1) * d], scale, kept);
+            close(&fused.0[h * d..(h + 1) * d], &expect, 2e-5)?;
+        }
+    }
+}
+
+/// [`FixedPages`] asking for page summaries: what makes a layer's groups decide in parallel on
+/// long bulks.
+struct WithPages(FixedPages);
+
+impl LocalityCriterion for WithPages {
+    fn decide(&self, input: &HeadInput<'_>) -> qada_core::Result<Decision> {
+        self.0.decide(input)
+    }
+    fn choose_pages(
+        &self,
+        inputs: &[HeadInput<'_>],
+        out: &mut [Decision],
+        selection: &mut PageSelection,
+    ) -> qada_core::Result<GroupRead> {
+        self.0.choose_pages(inputs, out, selection)
+    }
+    fn bulk_summaries(&self) -> qada_stats::BulkSummaries {
+        qada_stats::BulkSummaries {
+            page: Some(self.0.page),
+            ..Default::default()
+        }
+    }
+}
+
 /// One head (d = 8, sink 2, window of 6) whose query reads channel 0 only: local keys score
 /// `local_score` there, the bulk keys 0 but one, the needle at `needle`, which scores
 /// `needle_score`; and the query and local scores.
