@@ -137,9 +137,9 @@ pub struct LayerScratch {
     local_m: Vec<f32>,
     local_l: Vec<f32>,
     local_acc: Vec<f32>,
-    /// Per KV group, its bulk tasks; the first `n_tasks[g]` are the last step's.
-    tasks: Vec<Vec<Task>>,
-    n_tasks: Vec<usize>,
+    /// Bulk tasks; the first `n_tasks` are the last step's.
+    tasks: Vec<Task>,
+    n_tasks: usize,
     state: Option<Partial>,
     /// One per query head: the last step's decisions.
     decisions: Vec<Decision>,
@@ -186,10 +186,10 @@ impl LayerScratch {
             local_m: vec![0.0; group],
             local_l: vec![0.0; group],
             local_acc: vec![0.0; group * d],
-            tasks: (0..n_kv_heads)
-                .map(|_| (0..max_bulk.div_ceil(CHUNK)).map(|_| task()).collect())
+            tasks: (0..n_kv_heads * max_bulk.div_ceil(CHUNK))
+                .map(|_| task())
                 .collect(),
-            n_tasks: vec![0; n_kv_heads],
+            n_tasks: 0,
             state: None,
             decisions: Vec::with_capacity(n_kv_heads * group),
             reads_of: Vec::with_capacity(n_kv_heads),
@@ -358,90 +358,6 @@ fn run_task<K: LayerKv + ?Sized>(
     Ok(())
 }
 
-/// What phase 3 reads besides the tasks: the step's queries, the layer's KV heads, the score
-/// map, and the heads per group and head dimension.
-struct Bulk<'a, K: ?Sized> {
-    queries: &'a [f32],
-    kv: &'a K,
-    map: ScoreMap,
-    group: usize,
-    d: usize,
-}
-
-impl<K: LayerKv + ?Sized> Bulk<'_, K> {
-    /// The first `n_tasks[i]` tasks of each group's `tasks[i]`, in parallel when there are
-    /// several (a worker that is free takes some).
-    fn attend(&self, tasks: &mut [Vec<Task>], n_tasks: &[usize]) -> Result<()> {
-        let Bulk {
-            queries,
-            kv,
-            map,
-            group,
-            d,
-        } = *self;
-        let run = |t: &mut Task| run_task(t, queries, kv, map, d, group);
-        if n_tasks.iter().sum::<usize>() > 1 {
-            tasks
-                .par_iter_mut()
-                .zip(n_tasks)
-                .flat_map(|(ts, &n)| ts[..n].par_iter_mut())
-                .try_for_each(run)
-        } else {
-            let mut all = tasks.iter_mut().zip(n_tasks);
-            all.try_for_each(|(ts, &n)| ts[..n].iter_mut().try_for_each(run))
-        }
-    }
-}
-
-/// Group `g`'s part of phase 3 (`g`, heads per group, head dimension, bulk rows): the runs of
-/// its bulk its long heads read, from what it read (`read`, its pages `sel` when it selects)
-/// and its heads' decisions `out`, pushed as its tasks (`tasks`, `n_tasks` of them), and
-/// counted: rows read by the group, and by each of its heads.
-fn plan_group(
-    (g, group, d, bulk): (usize, usize, usize, usize),
-    (read, sel, out): (GroupRead, &PageSelection, &[Decision]),
-    (group_rows, head_rows): (&mut usize, &mut [usize]),
-    tasks: &mut Vec<Task>,
-    n_tasks: &mut usize,
-) {
-    *n_tasks = 0;
-    let long_mask = (0..group)
-        .filter(|&j| !out[j].local)
-        .fold(0u64, |m, j| m | (1 << j));
-    let mut open = None;
-    let mut push = |(r0, r1): (usize, usize), mask: u64| {
-        if mask != 0 {
-            *group_rows += r1 - r0;
-        }
-        for (j, rows) in head_rows.iter_mut().enumerate() {
-            if mask & (1 << j) != 0 {
-                *rows += r1 - r0;
-            }
-        }
-        push_run(tasks, n_tasks, &mut open, g, (r0, r1), mask, group, d);
-    };
-    match read {
-        GroupRead::Local => {}
-        GroupRead::Full => {
-            for r in (0..bulk).step_by(CHUNK) {
-                push((r, (r + CHUNK).min(bulk)), long_mask);
-            }
-        }
-        GroupRead::Selected => {
-            // pages longer than a chunk are cut into chunks
-            let pieces = sel.pages().flat_map(|(p, mask)| {
-                let (r0, r1) = sel.rows(p, bulk);
-                (r0..r1)
-                    .step_by(CHUNK)
-                    .map(move |a| ((a, (a + CHUNK).min(r1)), mask))
-            });
-            for (rows, mask) in pieces {
-                push(rows, mask & long_mask);
-            }
-        }
-    }
-}
-
 /// Add rows `[r0, r1)` of group `g`'s bulk (at most [`CHUNK`]) for the heads of `mask` to
 /// the group's open task, or to a new one (reusing its buffers) when the open one would pass
 /// [`CHUNK`] rows. `open` is the group's open task, if any; nothing for an empty mask.
@@ -581,21 +497,9 @@ pub fn attend_layer<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
     let t0 = Instant::now();
     scratch.score_local(shape, queries, kv, map)?;
     let t1 = Instant::now();
-    let bulk = kv.segments(0).bulk_len();
-    let parallel = shape.n_kv > 1
-        && decides_in_parallel(criterion.bulk_summaries(), bulk, shape.local_len + bulk);
-    let (select, t2) = if parallel {
-        // phases 2 and 3 in one: a thread reads the bulk of its groups once it has decided
-        // them, and then helps with the others' (the decide phase's time is the slowest
-        // thread's own deciding)
-        let (select, deciding) = scratch.decide(shape, criterion, layer, queries, kv, map, true)?;
-        (select, t1 + std::time::Duration::from_secs_f64(deciding))
-    } else {
-        let (select, _) = scratch.decide(shape, criterion, layer, queries, kv, map, false)?;
-        let t2 = Instant::now();
-        scratch.attend_bulk(shape, queries, kv, map)?;
-        (select, t2)
-    };
+    let select = scratch.decide(shape, criterion, layer, queries, kv, map.scale)?;
+    let t2 = Instant::now();
+    scratch.attend_bulk(shape, queries, kv, map)?;
     let t3 = Instant::now();
     scratch.merge_local_and_bulk(shape, kv, out)?;
     let t4 = Instant::now();
@@ -654,38 +558,27 @@ impl LayerScratch {
 
     /// Phase 2: decide, group by group (the criterion may decide a group as one: see
     /// `Grouped`), and say what each group reads of its bulk. Selecting pages scans a
-    /// summary per page: worth a core per group on long bulks, where the groups decide one
-    /// run of them a thread (`parallel`), and each thread then goes on to phase 3 for its
-    /// groups ([`attend_groups`]) while the others decide theirs. Returns the seconds spent
-    /// in the criterion (the slowest thread's, its groups' sum, where the groups run in
-    /// parallel, else the groups' sum) and those of the slowest thread's deciding.
-    #[allow(clippy::too_many_arguments)]
+    /// summary per page: worth a core per group on long bulks. Returns the seconds spent in
+    /// the criterion: the slowest thread's (its groups' sum) where the groups run in
+    /// parallel, else the groups' sum.
     fn decide<C: LocalityCriterion + ?Sized, K: LayerKv + ?Sized>(
         &mut self,
-        shape: Shape,
-        criterion: &C,
-        layer: usize,
-        queries: &[f32],
-        kv: &K,
-        map: ScoreMap,
-        parallel: bool,
-    ) -> Result<(f64, f64)> {
-        let Shape {
+        Shape {
             n_heads,
             n_kv,
             group,
             d,
             local_len,
-        } = shape;
-        let scale = map.scale;
+        }: Shape,
+        criterion: &C,
+        layer: usize,
+        queries: &[f32],
+        kv: &K,
+        scale: f32,
+    ) -> Result<f64> {
         if self.selections.len() < n_kv {
             self.selections.resize(n_kv, PageSelection::new());
         }
-        if self.tasks.len() < n_kv {
-            self.tasks.resize_with(n_kv, Vec::new);
-            self.n_tasks.resize(n_kv, 0);
-        }
-        self.reads.reset(n_kv, group);
         self.reads_of.clear();
         self.reads_of.resize(n_kv, GroupRead::Local);
         self.decisions.clear();
@@ -736,6 +629,7 @@ impl LayerScratch {
             }
             Ok(read)
         };
+        let bulk = kv.segments(0).bulk_len();
         let (sels, reads_of) = (&mut self.selections[..n_kv], &mut self.reads_of[..]);
         let mems = &mut self.memories[at..at + n_kv];
         let decisions = &mut self.decisions[..];
@@ -745,61 +639,31 @@ impl LayerScratch {
             *read = decide(g, out, sel, mem)?;
             Ok::<f64, CoreError>(t0.elapsed().as_secs_f64())
         };
-        let times = if parallel {
+        let parallel = decides_in_parallel(criterion.bulk_summaries(), bulk, local_len + bulk);
+        if n_kv > 1 && parallel {
             // one task a thread, of consecutive groups: with more groups than threads (SmolLM2's
             // three on two cores) the stepping thread decides two in a row while the other
-            // thread decides the third and reads its bulk, instead of a third task that one of
-            // them must wait to take (rayon's stealing left 20-100 us idle before it, per
-            // layer), and of a thread idle until the last group is decided
+            // thread decides the third, instead of a third task that one of them must wait
+            // to take (rayon's stealing left 20-100 us idle before it, per layer)
             let per = n_kv.div_ceil(rayon::current_num_threads().max(1));
-            let LayerReads {
-                group_rows,
-                head_rows,
-                ..
-            } = &mut self.reads;
-            let bulk = Bulk {
-                queries,
-                kv,
-                map,
-                group,
-                d,
-            };
             decisions
                 .par_chunks_mut(group * per)
                 .zip(sels.par_chunks_mut(per))
                 .zip(mems.par_chunks_mut(per))
                 .zip(reads_of.par_chunks_mut(per))
-                .zip(self.tasks.par_chunks_mut(per))
-                .zip(self.n_tasks.par_chunks_mut(per))
-                .zip(group_rows.par_chunks_mut(per))
-                .zip(head_rows.par_chunks_mut(group * per))
                 .enumerate()
-                .map(
-                    |(t, (((((((outs, sels), mems), reads), tasks), n_tasks), rows), heads))| {
-                        let t0 = Instant::now();
-                        let mut total = 0.0;
-                        let groups = outs.chunks_mut(group).zip(sels.iter_mut().zip(mems));
-                        for (i, (out, sel)) in groups.enumerate() {
-                            total += timed(t * per + i, out, sel, &mut reads[i])?;
-                        }
-                        let deciding = t0.elapsed().as_secs_f64();
-                        for (i, (tasks, n_tasks)) in
-                            tasks.iter_mut().zip(n_tasks.iter_mut()).enumerate()
-                        {
-                            let g = t * per + i;
-                            plan_group(
-                                (g, group, d, kv.segments(g).bulk_len()),
-                                (reads[i], &sels[i], &outs[i * group..(i + 1) * group]),
-                                (&mut rows[i], &mut heads[i * group..(i + 1) * group]),
-                                tasks,
-                                n_tasks,
-                            );
-                        }
-                        bulk.attend(tasks, n_tasks)?;
-                        Ok::<_, CoreError>((total, deciding))
-                    },
-                )
-                .try_reduce(|| (0.0, 0.0), |a, b| Ok((a.0.max(b.0), a.1.max(b.1))))?
+                .map(|(t, (((outs, sels), mems), reads))| {
+                    let groups = outs
+                        .chunks_mut(group)
+                        .zip(sels.iter_mut().zip(mems))
+                        .zip(reads);
+                    let mut total = 0.0;
+                    for (i, ((out, sel), read)) in groups.enumerate() {
+                        total += timed(t * per + i, out, sel, read)?;
+                    }
+                    Ok(total)
+                })
+                .try_reduce(|| 0.0, |a, b| Ok(a.max(b)))
         } else {
             let groups = decisions
                 .chunks_mut(group)
@@ -809,59 +673,84 @@ impl LayerScratch {
             for (g, ((out, sel), read)) in groups.enumerate() {
                 total += timed(g, out, sel, read)?;
             }
-            (total, 0.0)
-        };
-        self.count_selections(n_kv);
-        Ok(times)
-    }
-
-    /// What each group's page choice read and computed, and how many groups selected pages
-    /// (and reused an earlier choice).
-    fn count_selections(&mut self, n_kv: usize) {
-        for g in 0..n_kv {
-            let sel = &self.selections[g];
-            self.reads.summary_bytes[g] = sel.summary_bytes();
-            self.reads.summary_flops[g] = sel.summary_flops();
-            if self.reads_of[g] == GroupRead::Selected {
-                self.reads.selected_groups += 1;
-                self.reads.reused_groups += sel.reused() as usize;
-            }
+            Ok(total)
         }
     }
 
-    /// Phase 3 after a decide phase that did not run it: every group's bulk tasks planned,
-    /// then run in parallel.
+    /// Phase 3: the bulk rows of groups with a long head, in tasks of up to [`CHUNK`] rows run
+    /// in parallel: the whole bulk for the long heads, or the selected pages, each for its
+    /// heads. Counts what each group and head read.
     fn attend_bulk<K: LayerKv + ?Sized>(
         &mut self,
-        Shape { n_kv, group, d, .. }: Shape,
+        shape: Shape,
         queries: &[f32],
         kv: &K,
         map: ScoreMap,
     ) -> Result<()> {
+        let Shape { n_kv, group, d, .. } = shape;
+        self.n_tasks = 0;
+        self.reads.reset(n_kv, group);
         for g in 0..n_kv {
-            plan_group(
-                (g, group, d, kv.segments(g).bulk_len()),
-                (
-                    self.reads_of[g],
-                    &self.selections[g],
-                    &self.decisions[g * group..(g + 1) * group],
-                ),
-                (
-                    &mut self.reads.group_rows[g],
-                    &mut self.reads.head_rows[g * group..(g + 1) * group],
-                ),
-                &mut self.tasks[g],
-                &mut self.n_tasks[g],
-            );
+            self.plan_group(shape, g, kv.segments(g).bulk_len());
         }
-        let bulk = Bulk {
-            queries,
-            kv,
-            map,
-            group,
-            d,
+        let tasks = &mut self.tasks[..self.n_tasks];
+        if tasks.len() > 1 {
+            tasks
+                .par_iter_mut()
+                .try_for_each(|t| run_task(t, queries, kv, map, d, group))
+        } else {
+            tasks
+                .iter_mut()
+                .try_for_each(|t| run_task(t, queries, kv, map, d, group))
+        }
+    }
+
+    /// Group `g`'s part of phase 3: the runs of its bulk (of `bulk` rows) its long heads read,
+    /// pushed as tasks, and counted in [`LayerReads`].
+    fn plan_group(&mut self, Shape { group, d, .. }: Shape, g: usize, bulk: usize) {
+        let sel = &self.selections[g];
+        self.reads.summary_bytes[g] = sel.summary_bytes();
+        self.reads.summary_flops[g] = sel.summary_flops();
+        if self.reads_of[g] == GroupRead::Selected {
+            self.reads.selected_groups += 1;
+            self.reads.reused_groups += sel.reused() as usize;
+        }
+        let long_mask = (0..group)
+            .filter(|&j| !self.decisions[g * group + j].local)
+            .fold(0u64, |m, j| m | (1 << j));
+        let mut open = None;
+        let (reads, tasks, n_tasks) = (&mut self.reads, &mut self.tasks, &mut self.n_tasks);
+        let mut push = |(r0, r1): (usize, usize), mask: u64| {
+            if mask != 0 {
+                reads.group_rows[g] += r1 - r0;
+            }
+            for j in 0..group {
+                if mask & (1 << j) != 0 {
+                    reads.head_rows[g * group + j] += r1 - r0;
+                }
+            }
+            push_run(tasks, n_tasks, &mut open, g, (r0, r1), mask, group, d);
         };
-        bulk.attend(&mut self.tasks[..n_kv], &self.n_tasks[..n_kv])
+        match self.reads_of[g] {
+            GroupRead::Local => {}
+            GroupRead::Full => {
+                for r in (0..bulk).step_by(CHUNK) {
+                    push((r, (r + CHUNK).min(bulk)), long_mask);
+                }
+            }
+            GroupRead::Selected => {
+                // pages longer than a chunk are cut into chunks
+                let pieces = sel.pages().flat_map(|(p, mask)| {
+                    let (r0, r1) = sel.rows(p, bulk);
+                    (r0..r1)
+                        .step_by(CHUNK)
+                        .map(move |a| ((a, (a + CHUNK).min(r1)), mask))
+                });
+                for (rows, mask) in pieces {
+                    push(rows, mask & long_mask);
+                }
+            }
+        }
     }
 
     /// Phase 4: the local state per head, weights `exp(s - m)` from the local scores and the
@@ -923,7 +812,7 @@ impl LayerScratch {
                     state.acc.copy_from_slice(&acc[j * d..(j + 1) * d]);
                 }
                 if !self.decisions[h].local {
-                    for t in &self.tasks[g][..self.n_tasks[g]] {
+                    for t in self.tasks[..self.n_tasks].iter().filter(|t| t.group == g) {
                         if let Some(i) = t.heads.iter().position(|&x| x == h) {
                             merge(&mut state, t.m[i], t.l[i], &t.acc[i * d..(i + 1) * d]);
                         }
