@@ -56,6 +56,7 @@ pub struct ChannelKeys {
     /// decoding step's copy is out of the caches, and a code behind a vector's header would
     /// wait on two misses).
     codes: Vec<i8>,
+    /// Key length `d`: channels.
     dim: usize,
     /// Every page's scales, `n_pages x dim` row-major.
     scales: Vec<f32>,
