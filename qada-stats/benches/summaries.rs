@@ -23,10 +23,15 @@ fn empty(by_channel: bool) -> PageBounds {
     p
 }
 
-fn page_summaries(c: &mut Criterion) {
-    let keys: Vec<f16> = (0..N * D)
+/// The bulk's keys: `N` rows of `D`, f16.
+fn keys() -> Vec<f16> {
+    (0..N * D)
         .map(|i| f16::from_f32((i as f32 * 0.37).sin() * 3.0))
-        .collect();
+        .collect()
+}
+
+fn page_summaries(c: &mut Criterion) {
+    let keys = keys();
     let mut group = c.benchmark_group("page_summaries_d64_4872_keys");
     for (name, by_channel) in [("bounds", false), ("bounds_and_channel_copy", true)] {
         group.bench_function(format!("{name}/all_at_once"), |b| {
@@ -93,9 +98,7 @@ fn cold_steps(iters: u64, by_channel: bool, keys: &[f16], evict: &mut [u64]) -> 
 }
 
 fn decode_steps(c: &mut Criterion) {
-    let keys: Vec<f16> = (0..N * D)
-        .map(|i| f16::from_f32((i as f32 * 0.37).sin() * 3.0))
-        .collect();
+    let keys = keys();
     // 64 MiB: past the last-level cache of the hosts we measure on (32 MiB and less)
     let mut evict = vec![1u64; 8 << 20];
     let mut group = c.benchmark_group("decode_step_90_heads_cold");

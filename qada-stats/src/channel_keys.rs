@@ -49,9 +49,8 @@ impl ChannelColumn<'_> {
 pub struct ChannelKeys {
     page: usize,
     rows: usize,
-    /// Room for `cap` keys' codes a channel.
-    cap: usize,
-    /// Every channel's codes in one buffer, channel `j`'s `rows` codes at `j cap..`: adding
+    /// Every channel's codes in one buffer of `dim` runs of [`ChannelKeys::cap`] (room for as
+    /// many keys), channel `j`'s `rows` codes at `j cap..`: adding
     /// a key writes one byte a channel at an address known without reading memory (a
     /// decoding step's copy is out of the caches, and a code behind a vector's header would
     /// wait on two misses).
@@ -83,7 +82,6 @@ impl ChannelKeys {
         Ok(ChannelKeys {
             page,
             rows: 0,
-            cap: 0,
             codes: Vec::new(),
             dim,
             scales: Vec::new(),
@@ -113,7 +111,12 @@ impl ChannelKeys {
     }
     /// Channel `j`'s codes (`j < dim`).
     fn codes_of(&self, j: usize) -> &[i8] {
-        &self.codes[j * self.cap..j * self.cap + self.rows]
+        let cap = self.cap();
+        &self.codes[j * cap..j * cap + self.rows]
+    }
+    /// Keys a channel's run of the buffer has room for.
+    fn cap(&self) -> usize {
+        self.codes.len() / self.dim
     }
     /// Bytes of the codes and the scales (what reading every column reads).
     pub fn bytes(&self) -> usize {
@@ -125,7 +128,7 @@ impl ChannelKeys {
         let scales = rows.div_ceil(self.page) * self.dim();
         self.scales
             .reserve(scales.saturating_sub(self.scales.len()));
-        if rows > self.cap {
+        if rows > self.cap() {
             self.grow(rows);
         }
     }
@@ -135,14 +138,13 @@ impl ChannelKeys {
         self.scales.clear();
     }
 
-    /// Room for `cap > self.cap` keys a channel: the codes held move to their new places.
+    /// Room for `cap > self.cap()` keys a channel: the codes held move to their new places.
     fn grow(&mut self, cap: usize) {
         let mut codes = vec![0i8; self.dim * cap];
         for (j, to) in codes.chunks_exact_mut(cap).enumerate() {
-            to[..self.rows].copy_from_slice(&self.codes[j * self.cap..j * self.cap + self.rows]);
+            to[..self.rows].copy_from_slice(self.codes_of(j));
         }
         self.codes = codes;
-        self.cap = cap;
     }
 
     /// Add one key (`dim` values).
@@ -201,11 +203,11 @@ impl ChannelKeys {
         let d = self.dim();
         let (at, take) = (self.rows % self.page, run.len() / d);
         let page_start = self.rows - at;
-        if self.rows + take > self.cap {
+        if self.rows + take > self.cap() {
             // doubling, as a vector would: a key at a time stays amortized O(1)
-            self.grow((self.rows + take).max(2 * self.cap).max(self.page));
+            self.grow((self.rows + take).max(2 * self.cap()).max(self.page));
         }
-        let cap = self.cap;
+        let cap = self.cap();
         if at == 0 {
             self.scales.resize(self.scales.len() + d, 0.0);
             self.open_max.fill(0.0);
