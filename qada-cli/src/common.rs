@@ -190,6 +190,10 @@ pub fn warn_unrepresentable(tok: &qada_model::Tokenizer, text: &str) {
     }
 }
 
+/// What `resolve` says to a criterion's parameters given with no criterion to read them.
+const UNREAD_PARAMETERS: &str = "--page, --channels, --clusters and --margin are parameters of \
+     a criterion: name it with --criterion (a setting fixes its own)";
+
 /// Which criterion decides, and its window and moments.
 #[derive(Args, Clone, Debug)]
 pub struct CriterionArgs {
@@ -222,19 +226,19 @@ pub struct CriterionArgs {
     #[arg(long)]
     pub tau: Option<f64>,
     /// bound, hybrid, pages, certified, quest, pages-oracle and the channels criteria: bulk
-    /// keys per page.
-    #[arg(long, default_value_t = 32)]
-    pub page: usize,
+    /// keys per page (default 32).
+    #[arg(long)]
+    pub page: Option<usize>,
     /// quest: bulk tokens each head reads (whole pages of its largest bounds).
     #[arg(long, default_value_t = qada_core::DEFAULT_QUEST_TOKENS)]
     pub quest_tokens: usize,
     /// channels, channels-ungated: key channels every bulk key is scored with (those of largest
-    /// |q_j| (max k_j - min k_j) over the group's long heads).
-    #[arg(long, default_value_t = qada_core::DEFAULT_CHANNELS)]
-    pub channels: usize,
-    /// mixture: clusters of the bulk keys (k-means at the end of prefill).
-    #[arg(long, default_value_t = 4)]
-    pub clusters: usize,
+    /// |q_j| (max k_j - min k_j) over the group's long heads; default 8).
+    #[arg(long)]
+    pub channels: Option<usize>,
+    /// mixture: clusters of the bulk keys (k-means at the end of prefill; default 4).
+    #[arg(long)]
+    pub clusters: Option<usize>,
     /// Read the whole context (dense) while it holds fewer than this many tokens; the
     /// criterion decides from there on (for a model whose criterion keeps quality on long
     /// contexts only). Default: from the first token.
@@ -257,9 +261,9 @@ pub struct CriterionArgs {
     #[arg(long)]
     pub reuse_drift: Option<f64>,
     /// hybrid: QAdA alone decides a local head whose label holds with its bulk mass raised
-    /// by this many nats; closer calls go to the bound.
-    #[arg(long, default_value_t = 1.0)]
-    pub margin: f64,
+    /// by this many nats; closer calls go to the bound (default 1).
+    #[arg(long)]
+    pub margin: Option<f64>,
     /// Decisions per GQA group: head (each query head alone, the paper), all (a group is
     /// local only when every head of it is: the bulk is read for all or none) or mass (one
     /// decision from the group's summed local and bulk masses).
@@ -411,6 +415,16 @@ impl CriterionArgs {
         self.local.unwrap_or(128)
     }
 
+    /// Bulk keys per page.
+    pub fn page(&self) -> usize {
+        self.page.unwrap_or(qada_core::DEFAULT_SELECT_PAGE)
+    }
+
+    /// Key channels the channels criteria score every bulk key with.
+    pub fn channels(&self) -> usize {
+        self.channels.unwrap_or(qada_core::DEFAULT_CHANNELS)
+    }
+
     /// True when a flag a setting fixes was given (then no setting is applied silently).
     fn tuned(&self) -> bool {
         self.tau.is_some()
@@ -418,6 +432,16 @@ impl CriterionArgs {
             || self.group != GroupMode::Head
             || self.sink.is_some()
             || self.local.is_some()
+            || self.shaped()
+    }
+
+    /// True when a parameter of a named criterion was given (`--page`, `--channels`,
+    /// `--clusters`, `--margin`): without `--criterion` nothing would read it.
+    fn shaped(&self) -> bool {
+        self.page.is_some()
+            || self.channels.is_some()
+            || self.clusters.is_some()
+            || self.margin.is_some()
     }
 
     /// Take the criterion and its parameters from `--setting`, or from `fallback` when no
@@ -438,6 +462,7 @@ impl CriterionArgs {
             },
             Some(path) => (Setting::load(Path::new(path), model)?, path.to_string()),
             None if self.criterion.is_some() => return Ok(None),
+            None if self.shaped() => return fail(UNREAD_PARAMETERS),
             None if fallback == Fallback::Approx => {
                 self.criterion = Some("approx".into());
                 return Ok(None);
@@ -466,8 +491,9 @@ impl CriterionArgs {
         };
         if self.tuned() {
             return fail(
-                "--tau, --dense-below, --group, --sink and --local come from the setting: leave \
-                 them out, or use --criterion instead of --setting",
+                "--tau, --dense-below, --group, --sink, --local, --page, --channels, --clusters \
+                 and --margin come from the setting: leave them out, or use --criterion instead \
+                 of --setting",
             );
         }
         // a context too short for the setting's criterion ever to decide (no bulk behind the
@@ -493,10 +519,10 @@ impl CriterionArgs {
             .group
             .parse()
             .map_err(|e| format!("{source}: group: {e}"))?;
-        self.page = setting.page;
-        self.channels = setting.channels;
-        self.clusters = setting.clusters;
-        self.margin = setting.margin;
+        self.page = Some(setting.page);
+        self.channels = Some(setting.channels);
+        self.clusters = Some(setting.clusters);
+        self.margin = Some(setting.margin);
         self.dense_below = setting.dense_below;
         self.sink = Some(setting.sink);
         self.local = Some(setting.local);
@@ -516,7 +542,7 @@ impl CriterionArgs {
             return fail(format!(
                 "--page {}: a page holds at most the context length of {ctx} keys; use a page \
                  of 16 to 128 keys (default 32)",
-                self.page
+                self.page()
             ));
         }
         if let Some(path) = &self.head_taus {
@@ -586,11 +612,11 @@ impl CriterionArgs {
         }
         let params = CriterionParams {
             tau: self.tau(),
-            page: self.page,
-            clusters: self.clusters,
-            margin: self.margin,
+            page: self.page(),
+            clusters: self.clusters.unwrap_or(qada_core::DEFAULT_CLUSTERS),
+            margin: self.margin.unwrap_or(qada_core::DEFAULT_MARGIN),
             quest_tokens: self.quest_tokens,
-            channels: self.channels,
+            channels: self.channels(),
         };
         by_name(self.name(), &params).map_err(|e| format!("--criterion: {e}").into())
     }

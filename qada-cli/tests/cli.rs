@@ -49,6 +49,32 @@ fn assert_clean_failure(o: &Output, needle: &str) {
     assert!(e.contains(needle), "stderr lacks {needle:?}: {e}");
 }
 
+/// A criterion's parameters are never dropped in silence: beside a setting (which fixes its
+/// own) or with no criterion to read them, generate and bench refuse them and say why; with
+/// `--criterion` they are taken.
+#[test]
+fn criterion_parameters_with_nothing_to_read_them_are_refused() {
+    let m = model();
+    let m = m.to_str().unwrap();
+    for flag in [
+        ["--channels", "8"],
+        ["--page", "64"],
+        ["--clusters", "2"],
+        ["--margin", "2"],
+    ] {
+        let with = |extra: &[&str]| generate_json(m, &[extra, &flag[..]].concat());
+        assert_clean_failure(&with(&["--setting", "shipped"]), "come from the setting");
+        assert_clean_failure(&with(&[]), "parameters of a criterion");
+        let bench = qada(&[&["bench", "--model", m, "--depth", "64"][..], &flag[..]].concat());
+        assert_clean_failure(&bench, "parameters of a criterion");
+    }
+    let o = generate_json(
+        m,
+        &["--criterion", "channels", "--tau", "0.9", "--channels", "4"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 #[test]
 fn generate_streams_text_and_reports_sparsity() {
     let m = model();

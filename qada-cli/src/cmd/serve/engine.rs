@@ -234,11 +234,11 @@ impl Engine {
                 .parse()
                 .map_err(|e| ApiError::invalid("qada", format!("qada: --kv: {e}")))?;
         }
-        if let Some(p) = q.page {
-            a.page = p;
+        if q.page.is_some() {
+            a.page = q.page;
         }
-        if let Some(c) = q.channels {
-            a.channels = c;
+        if q.channels.is_some() {
+            a.channels = q.channels;
         }
         let bad = |e: Box<dyn std::error::Error>| ApiError::invalid("qada", format!("qada: {e}"));
         a.resolve(&self.model, Fallback::Shipped).map_err(bad)?;
