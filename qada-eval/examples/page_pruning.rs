@@ -33,7 +33,7 @@ use qada_model::StepObserver;
 use qada_stats::{PageBounds, Rows};
 
 mod common;
-use common::{answer_densely, lse, quantile, Prompt, PAGE};
+use common::{answer_densely, lse, probed_groups, quantile, Prompt, PAGE};
 
 /// What the bound left out under one reference, over the probed heads.
 #[derive(Default)]
@@ -110,20 +110,14 @@ impl StepObserver for Probe {
         scale: f32,
         _decisions: &[Decision],
     ) -> qada_model::Result<()> {
-        let Some(first) = kv.first() else {
+        let Some((d, group, groups)) = probed_groups(queries, kv) else {
             return Ok(());
         };
-        let d = first.dim;
-        let group = queries.len() / d / kv.len();
         let scale = scale as f64;
         if self.layers.len() <= layer {
             self.layers.resize_with(layer + 1, Default::default);
         }
-        for (g, k) in kv.iter().enumerate() {
-            let t = k.bulk_len();
-            if t < 8 * PAGE {
-                continue;
-            }
+        for (g, k) in groups {
             // the page summaries as the cache keeps them (f16 centers and radii)
             let mut pages = PageBounds::new(d, PAGE)?;
             pages.push_rows_of(k.bulk_keys)?;

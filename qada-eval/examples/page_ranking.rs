@@ -47,7 +47,7 @@ use qada_model::StepObserver;
 use qada_stats::{f16, PageBounds, Rows};
 
 mod common;
-use common::{answer_densely, estimate, lse, quantile, Prompt, PAGE};
+use common::{answer_densely, estimate, lse, probed_groups, quantile, Prompt, PAGE};
 
 /// What one estimate left out, summed over the probed heads.
 #[derive(Default, Clone)]
@@ -305,17 +305,12 @@ impl StepObserver for Probe {
         scale: f32,
         _decisions: &[Decision],
     ) -> qada_model::Result<()> {
-        let Some(first) = kv.first() else {
+        let Some((d, group, groups)) = probed_groups(queries, kv) else {
             return Ok(());
         };
-        let d = first.dim;
-        let group = queries.len() / d / kv.len();
         let scale = scale as f64;
-        for (g, k) in kv.iter().enumerate() {
+        for (g, k) in groups {
             let t = k.bulk_len();
-            if t < 8 * PAGE {
-                continue;
-            }
             let gk = self.groups.entry((layer, g)).or_default();
             let had = gk.keys.len() / d;
             gk.keys.resize(t * d, 0.0);

@@ -41,7 +41,7 @@ use qada_model::StepObserver;
 use qada_stats::{f16, PageBounds, Rows};
 
 mod common;
-use common::{answer_densely, estimate, quantile, Prompt, PAGE};
+use common::{answer_densely, estimate, probed_groups, quantile, Prompt, PAGE};
 
 const TAUS: [f64; 4] = [0.8, 0.9, 0.95, 0.98];
 
@@ -92,17 +92,12 @@ impl StepObserver for Probe {
         scale: f32,
         _decisions: &[Decision],
     ) -> qada_model::Result<()> {
-        let Some(first) = kv.first() else {
+        let Some((d, group, groups)) = probed_groups(queries, kv) else {
             return Ok(());
         };
-        let d = first.dim;
-        let group = queries.len() / d / kv.len();
         let scale = scale as f64;
-        for (g, k) in kv.iter().enumerate() {
+        for (g, k) in groups {
             let t = k.bulk_len();
-            if t < 8 * PAGE {
-                continue;
-            }
             let keys = rows(k.bulk_keys, d);
             let values = rows(k.bulk_values, d);
             let mut local_k = rows(k.sink_keys, d);

@@ -8,6 +8,7 @@
 use std::error::Error;
 use std::path::Path;
 
+use qada_core::KvSegments;
 use qada_kv::{KvDtype, WindowConfig};
 use qada_model::{
     ActPrecision, LoadOptions, Model, Sampler, SamplingParams, Session, SessionOptions,
@@ -16,6 +17,25 @@ use qada_model::{
 
 /// Keys per page.
 pub const PAGE: usize = 32;
+
+/// The KV groups of an observed layer whose bulk holds at least 8 pages, each with its index
+/// `g`, and the key length `d` and query heads per group (`None` for a layer without KV heads).
+pub fn probed_groups<'a>(
+    queries: &[f32],
+    kv: &'a [KvSegments<'a>],
+) -> Option<(
+    usize,
+    usize,
+    impl Iterator<Item = (usize, &'a KvSegments<'a>)>,
+)> {
+    let d = kv.first()?.dim;
+    let group = queries.len() / d / kv.len();
+    let long = kv
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| k.bulk_len() >= 8 * PAGE);
+    Some((d, group, long))
+}
 
 /// `ln sum exp(x)`, in f64.
 pub fn lse(xs: impl Iterator<Item = f64> + Clone) -> f64 {
