@@ -2,8 +2,9 @@
 //! answers one `qada eval` prompt densely.
 //!
 //! The channel rule scores every bulk key of every long head (16 of 64 channels, an
-//! exponential a key). A page whose bound `ln n_p + u_p` (Quest's, from the page's center
-//! and radius: `u_p = scale (q . c_p + |q| . r_p)`, at least every score in the page) is far
+//! exponential a key). A page whose bound `ln n_p + u_p` (Quest's,
+//! [`PageBounds::score_upper_bound`] from the page's f32 minima and maxima: `u_p = scale
+//! sum_j max(q_j m_j, q_j M_j)`, at least every score in the page) is far
 //! below the head's mass cannot matter to a top-p choice: leaving out pages, smallest bound
 //! first, while the log-sum of their bounds stays at most `ln delta + L` costs at most a
 //! share `delta` of the mass `e^L`. Two references `L`:
@@ -118,10 +119,9 @@ impl StepObserver for Probe {
             self.layers.resize_with(layer + 1, Default::default);
         }
         for (g, k) in groups {
-            // the page summaries as the cache keeps them (f16 centers and radii)
+            // every page's elementwise minimum and maximum, in f32
             let mut pages = PageBounds::new(d, PAGE)?;
             pages.push_rows_of(k.bulk_keys)?;
-            let (centers, radii) = (pages.centers(), pages.radii());
             let n_pages = pages.n_pages();
             for h in g * group..(g + 1) * group {
                 let q = &queries[h * d..(h + 1) * d];
@@ -135,16 +135,7 @@ impl StepObserver for Probe {
                 )));
                 let total = lse(exact.iter().copied().chain([local]));
                 let bounds: Vec<f64> = (0..n_pages)
-                    .map(|p| {
-                        let u: f64 = (0..d)
-                            .map(|j| {
-                                let (c, r) =
-                                    (centers[p * d + j].to_f64(), radii[p * d + j].to_f64());
-                                q[j] as f64 * c + (q[j] as f64).abs() * r
-                            })
-                            .sum();
-                        (pages.page_len(p) as f64).ln() + scale * u
-                    })
+                    .map(|p| (pages.page_len(p) as f64).ln() + pages.score_upper_bound(p, q, scale))
                     .collect();
                 let mut above: Vec<f64> = bounds.iter().zip(&exact).map(|(b, e)| b - e).collect();
                 self.slack.push(quantile(&mut above, 0.5));
