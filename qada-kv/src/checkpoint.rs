@@ -137,6 +137,10 @@ impl KvCache {
             store.exact.clone_from(&cp.exact[i]);
             let (pages, clusters, summarized) = &cp.summaries[i];
             store.pages.clone_from(pages);
+            // a clone holds only what the checkpoint held: room again for the capacity
+            if let Some(p) = &mut store.pages {
+                crate::summaries::reserve_pages(p, self.shape.capacity);
+            }
             store.clusters.clone_from(clusters);
             store.summarized = *summarized;
         }

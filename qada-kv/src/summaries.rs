@@ -22,6 +22,15 @@ use qada_stats::{BulkSummaries, ClusterMoments, PageBounds};
 
 use crate::{KvCache, LayerSpan, Result};
 
+/// Room in `pages` for `capacity` keys, so that decoding never grows them (pages of fewer
+/// than 8 keys grow as they fill: 6 rows of summaries per page). Built summaries and those a
+/// checkpoint gives back both take it.
+pub(crate) fn reserve_pages(pages: &mut PageBounds, capacity: usize) {
+    if pages.page_size() >= 8 {
+        pages.reserve(capacity);
+    }
+}
+
 /// The context length from which a layer builds the summaries `want` asks for:
 /// `from_context - from_context / 4` (the lead), or `from_context` itself when clusters are
 /// asked for (k-means fits them on the whole bulk at once).
@@ -91,11 +100,7 @@ impl KvCache {
                 if want.channel_keys {
                     p.keep_channel_keys()?;
                 }
-                // room for the whole capacity, so that decoding never grows it (pages of
-                // fewer than 8 keys grow as they fill: 6 rows of summaries per page)
-                if page >= 8 {
-                    p.reserve(self.shape.capacity);
-                }
+                reserve_pages(&mut p, self.shape.capacity);
                 p.push_rows_with(rows, &mut self.scratch)?;
                 store.pages = Some(p);
             }

@@ -14,7 +14,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use qada_core::{
-    Approx, Dense, DenseBelow, LocalityCriterion, Oracle, PageRule, Pages, Reuse, ReusePages,
+    Approx, Dense, DenseBelow, GroupMode, Grouped, LocalityCriterion, Oracle, PageRule, Pages,
+    Reuse, ReusePages,
 };
 use qada_kv::{KvDtype, MomentsMode, WindowConfig};
 use qada_model::{LoadOptions, Model, Session, SessionOptions};
@@ -136,7 +137,7 @@ fn decoding_steps_allocate_nothing_once_warm() {
             &[KvDtype::F16, KvDtype::Q8][..],
         ),
     ];
-    let criteria: [(&str, MakeCriterion); 8] = [
+    let criteria: [(&str, MakeCriterion); 12] = [
         ("dense", || Box::new(Dense)),
         ("approx", || Box::new(Approx::new(0.6).unwrap())),
         ("oracle", || Box::new(Oracle::new(0.6).unwrap())),
@@ -146,6 +147,26 @@ fn decoding_steps_allocate_nothing_once_warm() {
             let gate = Approx::new(0.9).unwrap();
             let pages = Pages::new(gate, 0.9, 32, PageRule::Channels(8)).unwrap();
             Box::new(DenseBelow::new(pages, 1400).unwrap())
+        }),
+        // the shape of SmolLM2's and Qwen's shipped settings: one choice for the whole group,
+        // 16 channels, dense below a threshold
+        ("channels@all, 16 channels, dense below 1400", || {
+            let gate = Approx::new(0.98).unwrap();
+            let pages = Pages::new(gate, 0.98, 32, PageRule::Channels(16)).unwrap();
+            let grouped = Grouped::new(pages, GroupMode::All);
+            Box::new(DenseBelow::new(grouped, 1400).unwrap())
+        }),
+        // Gemma 3's shipped rule: pages by 32 channels behind no gate
+        ("channels-ungated", || {
+            Box::new(Pages::new(Dense, 0.95, 32, PageRule::Channels(32)).unwrap())
+        }),
+        ("certified", || {
+            let gate = Approx::new(0.9).unwrap();
+            Box::new(Pages::new(gate, 0.9, 32, PageRule::Certified).unwrap())
+        }),
+        ("pages-oracle", || {
+            let gate = Oracle::new(0.9).unwrap();
+            Box::new(Pages::new(gate, 0.9, 32, PageRule::Exact).unwrap())
         }),
         // remembered choices, one per layer and group, read again where the queries allow
         ("channels, choices reused", || {
