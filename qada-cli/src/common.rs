@@ -222,7 +222,8 @@ pub struct CriterionArgs {
     /// `--criterion dense` where it fell back to dense); `None` where they do. Not a flag.
     #[arg(skip)]
     pub resolved_flags: Option<String>,
-    /// Threshold on the local share of the softmax mass, in (0, 1) (default 0.6).
+    /// Threshold on the local share of the softmax mass, in (0, 1] (default 0.6; 1 leaves
+    /// nothing out).
     #[arg(long)]
     pub tau: Option<f64>,
     /// bound, hybrid, pages, certified, quest, pages-oracle and the channels criteria: bulk

@@ -622,8 +622,8 @@ fn flags_out_of_range_are_refused() {
     let m = model();
     let m = m.to_str().unwrap();
     for (args, needle) in [
-        (vec!["--tau", "0"], "tau must be in (0, 1)"),
-        (vec!["--tau", "1.5"], "tau must be in (0, 1)"),
+        (vec!["--tau", "0"], "tau must be in (0, 1]"),
+        (vec!["--tau", "1.5"], "tau must be in (0, 1]"),
         (
             vec!["--sink", "16", "--local", "16"],
             "T_local = 16 must be larger than T_sink = 16",

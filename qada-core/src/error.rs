@@ -2,8 +2,8 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CoreError {
-    /// `tau` must lie strictly between 0 and 1.
-    #[error("tau must be in (0, 1), got {0}")]
+    /// `tau` must lie in (0, 1].
+    #[error("tau must be in (0, 1], got {0}")]
     InvalidTau(f64),
 
     /// `alpha` (fraction of static local heads) must lie in [0, 1].

@@ -283,7 +283,7 @@ impl<'a> PreparedQuery<'a> {
     ///
     /// # Errors
     /// [`CoreError::MissingBulkKeys`] when the bulk came as moments only (the oracle reads
-    /// every key); [`CoreError::InvalidTau`] unless `0 < tau < 1`.
+    /// every key); [`CoreError::InvalidTau`] unless `0 < tau <= 1`.
     pub fn compare(&self, tau: f64) -> Result<Comparison> {
         if self.bulk_keys.is_none() {
             return Err(CoreError::MissingBulkKeys);

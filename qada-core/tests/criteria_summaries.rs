@@ -587,7 +587,13 @@ fn parameters_are_checked_and_costs_scale_as_stated() {
             Err(CoreError::InvalidParameter { .. })
         ));
     }
-    assert!(matches!(Bound::new(1.0, 8), Err(CoreError::InvalidTau(_))));
+    assert!(matches!(Bound::new(1.5, 8), Err(CoreError::InvalidTau(_))));
+    // tau is in (0, 1]: 1 is the whole mass, just above it is refused
+    assert!(Bound::new(1.0, 8).is_ok());
+    assert!(matches!(
+        Bound::new(1.0 + f64::EPSILON, 8),
+        Err(CoreError::InvalidTau(_))
+    ));
     let (b, m) = (Bound::new(0.5, 32).unwrap(), Mixture::new(0.5, 4).unwrap());
     // O(T d / P), O(k d^2)
     let flops = |c: &dyn LocalityCriterion, t: usize| c.decision_cost(64, t, t + 128).flops;

@@ -284,12 +284,12 @@ fn head_taus_round_trip_and_refuse_bad_files() {
             "flip at {i} accepted"
         );
     }
-    // a resealed file with a threshold out of (0, 1) is refused by the parser itself
+    // a resealed file with a threshold out of (0, 1] is refused by the parser itself
     let mut b = bytes.clone();
     let end = b.len() - 8;
     b[end - 8..end].copy_from_slice(&1.5f64.to_le_bytes());
     let err = HeadTaus::from_bytes(&qada_stats::codec::reseal(&b), None).unwrap_err();
-    assert!(err.to_string().contains("not in (0, 1)"), "{err}");
+    assert!(err.to_string().contains("not in (0, 1]"), "{err}");
 
     let dir = std::env::temp_dir().join(format!("qada-head-taus-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -1,5 +1,6 @@
 //! Properties of page selection: attention over the selected pages is dense attention
-//! restricted to them; the certified and exact rules never leave out more than `1 - tau` of a
+//! restricted to them (over f32, f16 and q8 rows); at tau 1 every page rule reads the whole
+//! bulk; the certified and exact rules never leave out more than `1 - tau` of a
 //! head's mass, and a later head of the group prefers the pages an earlier one chose;
 //! the estimate rule and Quest keep what they say; the channel rule behind no gate reads a
 //! needle QAdA's Gaussian misses; the accounting counts the pages read. (What
@@ -103,10 +104,144 @@ proptest! {
         prop_assert!(reads.group_rows.iter().all(|&r| r == union));
     }
 
+    /// The same over the caches' stored rows: f16 keys and values, or q8 blocks (32 values a
+    /// block, `d` a multiple of 32), against the f64 attention of the rounded or dequantized
+    /// rows. The paged kernels read a page's rows where they lie in the stored buffer.
+    #[test]
+    fn attention_over_selected_pages_of_f16_and_q8_rows_is_that_of_their_stored_values(
+        (kvs, q, d, group, page) in stored_layer(),
+        q8 in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        use qada_stats::{f16, Q8Block, Rows};
+        // per head: the stored keys and values, and the f32 values they hold
+        let (mut k16, mut v16, mut k8, mut v8, mut exact) = (vec![], vec![], vec![], vec![], vec![]);
+        for kv in &kvs {
+            let (k, v) = kv.split_at(kv.len() / 2);
+            if q8 {
+                let (mut kb, mut vb) = (Vec::new(), Vec::new());
+                Q8Block::quantize_into(k, &mut kb);
+                Q8Block::quantize_into(v, &mut vb);
+                let mut held = vec![0.0f32; 2 * k.len()];
+                let (hk, hv) = held.split_at_mut(k.len());
+                Q8Block::dequantize_into(&kb, hk);
+                Q8Block::dequantize_into(&vb, hv);
+                k8.push(kb);
+                v8.push(vb);
+                exact.push(held);
+            } else {
+                let (kh, vh): (Vec<f16>, Vec<f16>) = (
+                    k.iter().map(|&x| f16::from_f32(x)).collect(),
+                    v.iter().map(|&x| f16::from_f32(x)).collect(),
+                );
+                exact.push(kh.iter().chain(&vh).map(|x| x.to_f32()).collect());
+                k16.push(kh);
+                v16.push(vh);
+            }
+        }
+        let heads = common::heads_of(exact, d, 4, 20);
+        let kv: Vec<_> = heads
+            .iter()
+            .enumerate()
+            .map(|(g, h)| {
+                let f = h.segments();
+                let (b0, b1) = (f.sink_keys.n_rows(d), f.sink_keys.n_rows(d) + f.bulk_len());
+                let rows = |r0: usize, r1: usize, keys: bool| match q8 {
+                    true => {
+                        let b = if keys { &k8[g] } else { &v8[g] };
+                        Rows::Q8(&b[r0 * d / 32..r1 * d / 32])
+                    }
+                    false => {
+                        let b = if keys { &k16[g] } else { &v16[g] };
+                        Rows::F16(&b[r0 * d..r1 * d])
+                    }
+                };
+                qada_core::KvSegments {
+                    dim: d,
+                    sink_keys: rows(0, b0, true),
+                    sink_values: rows(0, b0, false),
+                    bulk_keys: rows(b0, b1, true),
+                    bulk_values: rows(b0, b1, false),
+                    window_keys: rows(b1, h.t(), true),
+                    window_values: rows(b1, h.t(), false),
+                    bulk_moments: f.bulk_moments,
+                    bulk_pages: None,
+                    bulk_clusters: None,
+                }
+            })
+            .collect();
+        let n_heads = heads.len() * group;
+        let bulk = kv[0].bulk_len();
+        let masks = seeded_masks(seed, bulk.div_ceil(page), group);
+        let c = FixedPages { page, masks: masks.clone() };
+        let mut scratch = LayerScratch::new();
+        let mut out = vec![0.0; n_heads * d];
+        let scale = 1.0 / (d as f32).sqrt();
+        attend_layer(&c, 0, &q, &kv, scale, &mut scratch, &mut out).unwrap();
+        let reads = scratch.reads();
+        for h in 0..n_heads {
+            let j = h % group;
+            let kept = |i: usize| masks[i / page] & (1 << j) != 0;
+            let expect = reference(&heads[h / group], &q[h * d..(h + 1) * d], scale, kept);
+            close(&out[h * d..(h + 1) * d], &expect, 1e-4)?;
+            prop_assert_eq!(reads.head_rows[h], (0..bulk).filter(|&i| kept(i)).count());
+        }
+    }
+
+    /// tau = 1 leaves no mass out: behind QAdA's gate (which calls no head local while the
+    /// bulk holds mass) every page rule but Quest's reads the whole bulk for every head, and
+    /// the layer's output is dense attention's.
+    #[test]
+    fn at_tau_one_the_page_rules_read_the_whole_bulk_and_attend_as_dense(
+        (heads, q, group, page) in layer(),
+        rule in prop_oneof![
+            Just(PageRule::Estimate),
+            Just(PageRule::Certified),
+            Just(PageRule::Exact),
+            (1usize..5).prop_map(PageRule::Channels),
+        ],
+    ) {
+        let d = heads[0].d;
+        let n_heads = heads.len() * group;
+        let all_pages: Vec<PageBounds> = heads
+            .iter()
+            .map(|h| {
+                let mut b = PageBounds::new(d, page).unwrap();
+                b.keep_channel_keys().unwrap();
+                b.push_rows_of(h.segments().bulk_keys).unwrap();
+                b
+            })
+            .collect();
+        let kv: Vec<_> = heads
+            .iter()
+            .zip(&all_pages)
+            .map(|(h, p)| {
+                let mut s = h.segments();
+                s.bulk_pages = Some(p);
+                s
+            })
+            .collect();
+        let c = Pages::new(Approx::new(1.0).unwrap(), 1.0, page, rule).unwrap();
+        let scale = 1.0 / (d as f32).sqrt();
+        let run = |c: &dyn LocalityCriterion| {
+            let mut scratch = LayerScratch::new();
+            let mut out = vec![0.0; n_heads * d];
+            attend_layer(c, 0, &q, &kv, scale, &mut scratch, &mut out).unwrap();
+            (out, scratch.reads().head_rows.clone(), scratch.decisions().to_vec())
+        };
+        let (got, rows, decisions) = run(&c);
+        let (want, dense_rows, _) = run(&Dense);
+        close(&got, &want, 2e-5)?;
+        prop_assert_eq!(&rows, &dense_rows);
+        let bulk = heads[0].segments().bulk_len();
+        prop_assert!(rows.iter().all(|&r| r == bulk), "{rows:?} of {bulk}");
+        prop_assert!(decisions.iter().all(|o| !o.local));
+    }
+
     #[test]
     fn certified_and_exact_selections_leave_out_at_most_one_minus_tau_of_each_heads_mass(
         (heads, q, group, page) in layer(),
-        tau in 0.3f64..0.99,
+        tau in prop_oneof![0.3f64..0.99, Just(1.0)],
         spread in 0.5f32..8.0,
         exact in any::<bool>(),
     ) {
@@ -433,4 +568,28 @@ fn a_later_head_prefers_a_page_an_earlier_head_chose() {
     let read = c.select_group(&inputs, &mut out, &mut sel).unwrap();
     assert_eq!(read, GroupRead::Selected);
     assert_eq!(sel.pages().collect::<Vec<_>>(), [(1, 0b11)]);
+}
+
+/// Keys and values (each head's keys, then its values) of `n_kv` heads of `d` 32 or 64
+/// channels (q8 blocks hold 32 values) and `t` tokens, queries of `n_kv * group` heads, and a
+/// page size.
+fn stored_layer() -> impl Strategy<Value = (Vec<Vec<f32>>, Vec<f32>, usize, usize, usize)> {
+    (
+        prop_oneof![Just(32usize), Just(64usize)],
+        1usize..3,
+        1usize..8,
+        1usize..9,
+        0usize..400,
+    )
+        .prop_flat_map(|(d, n_kv, group, page, t_extra)| {
+            let t = 40 + t_extra;
+            (
+                prop::collection::vec(
+                    prop::collection::vec(-2.0f32..2.0, 2 * t * d..=2 * t * d),
+                    n_kv..=n_kv,
+                ),
+                prop::collection::vec(-2.0f32..2.0, n_kv * group * d..=n_kv * group * d),
+            )
+                .prop_map(move |(kvs, q)| (kvs, q, d, group, page))
+        })
 }

@@ -62,7 +62,7 @@ const EXPECTED: &str = "dense, window, oracle, approx, bound, mixture, hybrid, p
 /// The parameters a criterion may read; each criterion takes the ones it has.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CriterionParams {
-    /// Threshold on the local share, in (0, 1) (every criterion but dense and window).
+    /// Threshold on the local share, in (0, 1] (every criterion but dense and window).
     pub tau: f64,
     /// Bulk keys per page of the page bound or selection (bound, hybrid, pages, certified,
     /// quest).

@@ -101,7 +101,7 @@ impl<C: LocalityCriterion> Pages<C> {
     ///
     /// # Errors
     /// [`CoreError::InvalidParameter`] for a page of 0 keys or `TopK(0)`;
-    /// [`CoreError::InvalidTau`] for `tau` outside (0, 1).
+    /// [`CoreError::InvalidTau`] for `tau` outside (0, 1].
     pub fn new(gate: C, tau: f64, page: usize, rule: PageRule) -> Result<Self> {
         if page == 0 {
             return Err(CoreError::InvalidParameter {
@@ -207,6 +207,10 @@ impl<C: LocalityCriterion> LocalityCriterion for Pages<C> {
         }
         if matches!(self.rule, PageRule::TopK(k) if k >= pages.n_pages()) {
             // Quest's budget covers the bulk: nothing to score
+            return Ok(GroupRead::Full);
+        }
+        if self.tau.get() >= 1.0 && !matches!(self.rule, PageRule::TopK(_)) {
+            // tau 1 leaves no mass out: every long head reads the whole bulk, nothing scored
             return Ok(GroupRead::Full);
         }
         select_pages(self.rule, self.tau, inputs, out, pages, selection)

@@ -121,7 +121,7 @@ impl HeadTaus {
                 StatsError::Invalid {
                     what,
                     offset: at,
-                    reason: format!("{t} is not in (0, 1)"),
+                    reason: format!("{t} is not in (0, 1]"),
                 }
                 .into()
             })

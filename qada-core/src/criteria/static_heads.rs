@@ -159,11 +159,11 @@ impl StaticTable {
             }
             .into());
         }
-        if !(tau_static > 0.0 && tau_static < 1.0) {
+        if !(tau_static > 0.0 && tau_static <= 1.0) {
             return Err(StatsError::Invalid {
                 what: "tau_static",
                 offset: at + 8,
-                reason: format!("{tau_static} is not in (0, 1)"),
+                reason: format!("{tau_static} is not in (0, 1]"),
             }
             .into());
         }

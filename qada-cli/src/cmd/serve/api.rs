@@ -90,7 +90,7 @@ pub struct QadaFields {
     /// Criterion by name (`dense`, `approx`, `channels`, ...) or `shipped`, the model's
     /// calibrated setting.
     pub criterion: Option<String>,
-    /// Threshold tau in (0, 1).
+    /// Threshold tau in (0, 1].
     pub tau: Option<f64>,
     /// KV cache element type: `f16`, `f32` or `q8`.
     pub kv: Option<String>,
