@@ -32,11 +32,11 @@ pub fn arg_err(arg: &str, e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(format!("{arg}: {e}"))
 }
 
-/// `tau`, checked to lie in (0, 1).
+/// `tau`, checked to lie in (0, 1].
 pub fn check_tau(tau: f64) -> PyResult<f64> {
-    if tau > 0.0 && tau < 1.0 {
+    if tau > 0.0 && tau <= 1.0 {
         Ok(tau)
     } else {
-        Err(bad_arg("tau", "a value in (0, 1)", tau))
+        Err(bad_arg("tau", "a value in (0, 1]", tau))
     }
 }

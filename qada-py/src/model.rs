@@ -266,7 +266,7 @@ impl PyModel {
         prompt, max_tokens=64, criterion="dense", tau=P.tau, temperature=0.0, top_k=0,
         top_p=1.0, seed=0, chat=false, system=None, stop=Vec::new(), ignore_eos=false,
         sink=16, local=128, kv="f16", moments="current", group="head", page=P.page,
-        clusters=P.clusters, margin=P.margin,
+        clusters=P.clusters, margin=P.margin, channels=P.channels, dense_below=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn generate(
@@ -292,6 +292,8 @@ impl PyModel {
         page: usize,
         clusters: usize,
         margin: f64,
+        channels: usize,
+        dense_below: Option<usize>,
     ) -> PyResult<PyGeneration> {
         let ids = self.prompt_ids(prompt, chat, system)?;
         let ctx = self.model.config().context_length;
@@ -307,15 +309,17 @@ impl PyModel {
             tau,
             group,
             page,
+            channels,
             clusters,
             margin,
+            dense_below,
             sink,
             local,
             kv,
             moments,
         };
         let opts = SessionOptions {
-            criterion: d.criterion()?,
+            criterion: d.criterion(ctx)?,
             window: d.window()?,
             moments: d.moments(&self.model)?,
             capacity: None,
@@ -385,7 +389,7 @@ impl PyModel {
     #[pyo3(signature = (
         prompt, tau=P.tau, criterion="approx", steps=16, chat=false, system=None, sink=16,
         local=128, kv="f16", moments="current", page=P.page, clusters=P.clusters,
-        margin=P.margin,
+        margin=P.margin, channels=P.channels,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn analyze<'py>(
@@ -404,6 +408,7 @@ impl PyModel {
         page: usize,
         clusters: usize,
         margin: f64,
+        channels: usize,
     ) -> PyResult<Bound<'py, PyDict>> {
         let ids = self.prompt_ids(prompt, chat, system)?;
         let tau = Tau::new(check_tau(tau)?).map_err(qada_err)?;
@@ -412,8 +417,10 @@ impl PyModel {
             tau: tau.get(),
             group: "head",
             page,
+            channels,
             clusters,
             margin,
+            dense_below: None,
             sink,
             local,
             kv,
@@ -422,7 +429,7 @@ impl PyModel {
         // approx keeps the Gaussian probe (tau-free), as `qada analyze` does
         let estimator = match criterion {
             "approx" => None,
-            _ => Some(d.criterion()?),
+            _ => Some(d.criterion(self.model.config().context_length)?),
         };
         let opts = ProbeOptions {
             window: d.window()?,
@@ -448,6 +455,7 @@ impl PyModel {
     #[pyo3(signature = (
         criterion="dense", tau=P.tau, sink=16, local=128, kv="f32", moments="current",
         group="head", page=P.page, clusters=P.clusters, margin=P.margin, capacity=None,
+        channels=P.channels, dense_below=None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn session(
@@ -463,14 +471,18 @@ impl PyModel {
         clusters: usize,
         margin: f64,
         capacity: Option<usize>,
+        channels: usize,
+        dense_below: Option<usize>,
     ) -> PyResult<PySession> {
         let d = Decoding {
             criterion,
             tau,
             group,
             page,
+            channels,
             clusters,
             margin,
+            dense_below,
             sink,
             local,
             kv,
@@ -487,7 +499,7 @@ impl PyModel {
             }
         }
         let opts = SessionOptions {
-            criterion: d.criterion()?,
+            criterion: d.criterion(ctx)?,
             window: d.window()?,
             moments: d.moments(&self.model)?,
             capacity,

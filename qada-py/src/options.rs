@@ -1,14 +1,16 @@
 //! The decoding options `Model.generate`, `Model.analyze` and `Model.session` take as keyword
-//! arguments: criterion and its parameters, GQA grouping, sink and window, bulk moments and
-//! the cache's element type, each checked and named in its error.
+//! arguments: criterion and its parameters, GQA grouping, the context length from which it
+//! decides (dense below), sink and window, bulk moments and the cache's element type, each
+//! checked and named in its error. A setting file of `qada calibrate tau` holds the same
+//! fields: `qada.setting_options(path)` reads them.
 
 use pyo3::prelude::*;
-use qada_core::{by_name, CriterionParams, GroupMode, Grouped, LocalityCriterion};
+use qada_core::{by_name, CriterionParams, DenseBelow, GroupMode, Grouped, LocalityCriterion};
 use qada_kv::{KvDtype, MomentsMode, MomentsSource, WindowConfig};
 use qada_model::Model;
 use qada_stats::DEFAULT_TABLE_OFFSET;
 
-use crate::errors::{arg_err, check_tau};
+use crate::errors::{arg_err, bad_arg, check_tau};
 
 /// Decoding options, as given.
 pub struct Decoding<'a> {
@@ -16,8 +18,10 @@ pub struct Decoding<'a> {
     pub tau: f64,
     pub group: &'a str,
     pub page: usize,
+    pub channels: usize,
     pub clusters: usize,
     pub margin: f64,
+    pub dense_below: Option<usize>,
     pub sink: usize,
     pub local: usize,
     pub kv: &'a str,
@@ -25,22 +29,37 @@ pub struct Decoding<'a> {
 }
 
 impl Decoding<'_> {
-    /// The criterion, deciding per GQA group as `group` says (`head`: each head alone).
-    pub fn criterion(&self) -> PyResult<Box<dyn LocalityCriterion>> {
+    /// The criterion, deciding per GQA group as `group` says (`head`: each head alone), and
+    /// dense below `dense_below` keys of context when given (at most `ctx`, the model's
+    /// context length).
+    pub fn criterion(&self, ctx: usize) -> PyResult<Box<dyn LocalityCriterion>> {
         let params = CriterionParams {
             tau: check_tau(self.tau)?,
             page: self.page,
             clusters: self.clusters,
             margin: self.margin,
             quest_tokens: qada_core::DEFAULT_QUEST_TOKENS,
-            channels: qada_core::DEFAULT_CHANNELS,
+            channels: self.channels,
         };
         let c = by_name(self.criterion, &params).map_err(|e| arg_err("criterion", e))?;
         let mode: GroupMode = self.group.parse().map_err(|e| arg_err("group", e))?;
-        Ok(match mode {
+        let c: Box<dyn LocalityCriterion> = match mode {
             GroupMode::Head => c,
             m => Box::new(Grouped::new(c, m)),
-        })
+        };
+        let Some(n) = self.dense_below else {
+            return Ok(c);
+        };
+        if n == 0 || n > ctx {
+            return Err(bad_arg(
+                "dense_below",
+                format!("1 to {ctx} keys (the model's context length), or None"),
+                n,
+            ));
+        }
+        Ok(Box::new(
+            DenseBelow::new(c, n).map_err(|e| arg_err("dense_below", e))?,
+        ))
     }
 
     /// Sink `T_sink` and local window `T_local` (sink included).

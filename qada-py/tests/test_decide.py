@@ -177,8 +177,8 @@ def test_argument_errors_name_the_argument(rng):
         qada.decide(q, local, bulk, criterion="magic")
     with pytest.raises(ValueError, match=r"criterion: unknown criterion \"static\".*static needs a table"):
         qada.decide(q, local, bulk, criterion="static")
-    for tau in [0.0, 1.0, -0.5, 1.5, float("nan")]:
-        with pytest.raises(ValueError, match=r"tau: expected a value in \(0, 1\), found"):
+    for tau in [0.0, 1.0000001, -0.5, 1.5, float("nan")]:
+        with pytest.raises(ValueError, match=r"tau: expected a value in \(0, 1\], found"):
             qada.decide(q, local, bulk, tau=tau)
     for crit in ["oracle", "bound", "mixture", "hybrid"]:
         with pytest.raises(ValueError, match=rf"bulk_keys: expected the bulk keys \(T_bulk, d\): the {crit} criterion reads them, found None"):
@@ -218,5 +218,17 @@ def test_certified_pages_leave_out_at_most_one_minus_tau_of_the_mass(rng):
     assert qada.decide(q, local, bulk, criterion="approx").pages is None
     one = qada.decide(q[0], local, bulk, criterion="pages", page=16)
     assert one.pages.ndim == 1 and one.page_size == 16
+    # the shipped settings' rules: pages by 16 channels, behind QAdA's gate or none; at tau 1
+    # every head reads every page
+    for crit in ["channels", "channels-ungated"]:
+        c = qada.decide(q, local, bulk, criterion=crit, tau=0.9, page=16, channels=16)
+        assert c.page_size == 16 and len(c.pages) == 6
+        for j, pages in enumerate(c.pages):
+            assert len(set(pages.tolist())) == len(pages) and all(0 <= p < 40 for p in pages)
+            assert not c.local[j] or len(pages) == 0
+        full = qada.decide(q, local, bulk, criterion=crit, tau=1.0, page=16, channels=16)
+        assert [p.tolist() for p in full.pages] == [list(range(40))] * 6
+    with pytest.raises(ValueError, match="channels"):
+        qada.decide(q, local, bulk, criterion="channels", channels=0)
     with pytest.raises(ValueError, match="page"):
         qada.decide(q, local, bulk, criterion="pages", page=0)

@@ -118,7 +118,7 @@ def test_generate_takes_ids_and_reports_bad_arguments(model):
     assert a.ids == b.ids and len(a.ids) == 5 and a.stop_reason == "max_tokens"
     with pytest.raises(ValueError, match=r"criterion: unknown criterion \"magic\""):
         model.generate("x", criterion="magic")
-    with pytest.raises(ValueError, match=r"tau: expected a value in \(0, 1\), found 2"):
+    with pytest.raises(ValueError, match=r"tau: expected a value in \(0, 1\], found 2"):
         model.generate("x", criterion="approx", tau=2.0)
     with pytest.raises(ValueError, match=r"kv: unknown KV cache type \"f8\": use f32, f16 or q8"):
         model.generate("x", kv="f8")
@@ -132,6 +132,48 @@ def test_generate_takes_ids_and_reports_bad_arguments(model):
         model.generate("x", sink=64, local=32)
     with pytest.raises(ValueError, match=r"prompt: expected 1 to"):
         model.generate([])
+
+
+def test_a_shipped_setting_decodes_from_python_as_the_cli_decodes_it(model, tmp_path):
+    """setting_options reads the shipped setting's keywords; with them (its dense-below
+    threshold lowered under this prompt's length, so that the channel rule decides) generate
+    gives the CLI's tokens and K/V bytes for the same flags."""
+    opts = qada.setting_options("smollm2-135m", model)
+    assert (opts["criterion"], opts["group"], opts["channels"]) == ("channels", "all", 16)
+    assert opts["dense_below"] == 5000 and 0 < opts["tau"] < 1
+    opts["dense_below"] = 1000
+    g = model.generate(BLOCKS_PROMPT, max_tokens=8, **opts)
+    ref = run_cli(
+        "generate", "--model", str(MODEL), "--raw", "--json", "--max-new-tokens", "8",
+        "--criterion", "channels", "--tau", str(opts["tau"]), "--group", "all",
+        "--channels", "16", "--page", str(opts["page"]), "--dense-below", "1000",
+        "--sink", str(opts["sink"]), "--local", str(opts["local"]),
+        "--activations", "f32", BLOCKS_PROMPT,
+    )
+    assert g.ids == ref["generated_ids"]
+    assert g.kv_bytes_ratio == pytest.approx(ref["kv_bytes_ratio"], rel=1e-9)
+    assert g.kv_bytes_ratio < 1.0
+    # the same keywords open a session
+    s = model.session(**opts)
+    s.prefill(model.tokenize("The river runs"))
+    with pytest.raises(ValueError, match=r"dense_below: expected 1 to 8192 keys"):
+        model.generate("x", criterion="channels", dense_below=0)
+    with pytest.raises(ValueError, match=r"dense_below: expected 1 to 8192 keys"):
+        model.session(criterion="channels", dense_below=10**6)
+    with pytest.raises(ValueError, match=r"channels"):
+        model.generate("x", criterion="channels", channels=0)
+    # a setting without a threshold of context decides from the first token
+    assert qada.setting_options("gemma3-270m")["dense_below"] is None
+    with pytest.raises(ValueError, match=r"model: the setting .*gemma3-270m.json was made for a model with n_layers 18, this model has 30"):
+        qada.setting_options("gemma3-270m", model)
+    with pytest.raises(ValueError, match=r"path_or_name: expected a setting file or a model's short name, found 'no-such-model'"):
+        qada.setting_options("no-such-model")
+    other = tmp_path / "other.json"
+    other.write_text('{"format": "qada-moments/1"}')
+    with pytest.raises(ValueError, match=r"path_or_name: expected a setting of format qada-setting/1 .* found 'qada-moments/1'"):
+        qada.setting_options(str(other))
+    with pytest.raises(ValueError, match=r"path_or_name: .*Cargo.toml is not a readable JSON setting"):
+        qada.setting_options(str(REPO / "Cargo.toml"))
 
 
 def test_session_hands_out_the_cache_and_the_last_queries(model):

@@ -84,7 +84,7 @@ def decide(
     and return the pages each reads (Decisions.pages). oracle, bound, mixture, hybrid and the
     page criteria need bulk_keys; approx
     needs bulk_keys or moments. Raises ValueError naming the argument on wrong shapes, an
-    unknown criterion, tau outside (0, 1) or a missing bulk.
+    unknown criterion, tau outside (0, 1] or a missing bulk.
     """
 
 class Generation:
@@ -181,6 +181,8 @@ class Model:
         page: int = 32,
         clusters: int = 4,
         margin: float = 1.0,
+        channels: int = 8,
+        dense_below: Optional[int] = None,
     ) -> Generation:
         """Generate text; greedy at temperature 0. Ctrl-C raises KeyboardInterrupt between
         tokens, and between blocks of 512 tokens of the prompt."""
@@ -199,6 +201,7 @@ class Model:
         page: int = 32,
         clusters: int = 4,
         margin: float = 1.0,
+        channels: int = 8,
     ) -> dict[str, Any]:
         """The per-head report of `qada analyze`: oracle_local, approx_local, agreement
         (layers x heads), per-layer fractions, accuracy, recall_long, precision_long, counts,
@@ -218,4 +221,14 @@ class Model:
         clusters: int = 4,
         margin: float = 1.0,
         capacity: Optional[int] = None,
+        channels: int = 8,
+        dense_below: Optional[int] = None,
     ) -> Session: ...
+
+def setting_options(path_or_name: str, model: Optional[Model] = None) -> dict[str, Any]:
+    """The decoding keywords of a setting file of `qada calibrate tau` (format
+    qada-setting/1): criterion, tau, group, page, channels, clusters, margin, dense_below,
+    sink and local, for Model.generate and Model.session. A short name (smollm2-135m,
+    qwen2.5-0.5b, gemma3-270m, qwen2.5-1.5b) reads the shipped setting,
+    qada-cli/settings/NAME.json under $QADA_REPO or the current directory and its ancestors.
+    With `model`, a setting made for another shape of model raises ValueError."""
