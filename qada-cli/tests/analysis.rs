@@ -793,6 +793,79 @@ fn bench_reports_speed_bytes_and_the_oracle_ceiling() {
     assert!(bulk("adaptive") < bulk("dense"), "{r}");
 }
 
+/// A criterion that selects pages in `bench` and `analyze`: bench's adaptive run reads fewer
+/// K/V bytes than dense and times its page choice; analyze measures the mass each read leaves
+/// out, which the exact page choice behind the oracle's gate keeps within `1 - tau`.
+#[test]
+fn bench_and_analyze_run_a_page_selecting_criterion() {
+    let out = ok(&qada(&[
+        "bench",
+        "--depth",
+        "1200",
+        "--new-tokens",
+        "4",
+        "--reps",
+        "1",
+        "--kv",
+        "f16",
+        "--criterion",
+        "channels",
+        "--tau",
+        "0.9",
+        "--channels",
+        "8",
+        "--pp",
+        "64",
+        "--json",
+    ]));
+    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let r = &rows[0];
+    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+    let w = f("weight_bytes_per_token");
+    let (dense, chosen) = (
+        f("dense_bytes_per_token") - w,
+        f("adaptive_bytes_per_token") - w,
+    );
+    assert!(
+        chosen > 0.0 && chosen < dense,
+        "channels {chosen}, dense {dense}"
+    );
+    let select = r["adaptive_attention_ms_per_token"]["select"]
+        .as_f64()
+        .unwrap();
+    assert!(select > 0.0, "{r}");
+
+    let prompt = speech_excerpt(4000);
+    let tau = 0.9;
+    for criterion in ["channels", "pages-oracle"] {
+        let out = ok(&qada(&[
+            "analyze",
+            "--prompt-file",
+            prompt.to_str().unwrap(),
+            "--raw",
+            "--steps",
+            "2",
+            "--criterion",
+            criterion,
+            "--tau",
+            "0.9",
+            "--json",
+        ]));
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let max = v["missed_share_max"].as_f64().unwrap();
+        let mean = v["missed_share"]["mean"].as_f64().unwrap();
+        assert!(
+            (0.0..=1.0).contains(&mean) && mean <= max,
+            "{criterion}: {v}"
+        );
+        assert_eq!(v["count"].as_u64().unwrap(), 3 * 30 * 9, "{criterion}");
+        if criterion == "pages-oracle" {
+            // the exact masses in f32: a margin for their rounding
+            assert!(max <= (1.0 - tau) * (1.0 + 1e-3), "{criterion}: {max}");
+        }
+    }
+}
+
 /// `analyze` and `generate` on every architecture of the synthetic references (tiny files in
 /// `../shared`): the criterion decides on every global layer, NoPE layers included, and
 /// sliding layers are reported apart.
