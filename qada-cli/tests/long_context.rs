@@ -150,8 +150,9 @@ fn on_gemma_the_shipped_setting_keeps_the_needle_dense_finds_at_4k_tokens() {
     );
 }
 
-#[test]
-fn generate_compare_dense_reports_both_runs_from_one_prefill() {
+/// `generate --compare dense --json` of 8 tokens under `criterion` at `tau`, after 6000
+/// characters of the 1961 Kennedy address.
+fn compare_dense_on_excerpt(criterion: &str, tau: &str) -> Value {
     let prompt = speech_excerpt(6000);
     let out = ok(&qada(&[
         "generate",
@@ -161,14 +162,19 @@ fn generate_compare_dense_reports_both_runs_from_one_prefill() {
         "--max-new-tokens",
         "8",
         "--criterion",
-        "pages",
+        criterion,
         "--tau",
-        "0.9",
+        tau,
         "--compare",
         "dense",
         "--json",
     ]));
-    let v: Value = serde_json::from_str(&out).unwrap();
+    serde_json::from_str(&out).unwrap()
+}
+
+#[test]
+fn generate_compare_dense_reports_both_runs_from_one_prefill() {
+    let v = compare_dense_on_excerpt("pages", "0.9");
     let chosen = v["kv_bytes_ratio"].as_f64().unwrap();
     assert!(chosen > 0.0 && chosen < 1.0, "pages read {chosen}x dense");
     let c = &v["compare"];
@@ -240,23 +246,7 @@ fn bad_page_settings_are_clear_errors() {
 /// whole bulk and the tokens are dense's.
 #[test]
 fn channels_at_tau_one_read_the_whole_bulk_and_decode_as_dense() {
-    let prompt = speech_excerpt(6000);
-    let out = ok(&qada(&[
-        "generate",
-        "--prompt-file",
-        prompt.to_str().unwrap(),
-        "--raw",
-        "--max-new-tokens",
-        "8",
-        "--criterion",
-        "channels",
-        "--tau",
-        "1",
-        "--compare",
-        "dense",
-        "--json",
-    ]));
-    let v: Value = serde_json::from_str(&out).unwrap();
+    let v = compare_dense_on_excerpt("channels", "1");
     let c = &v["compare"];
     assert_eq!(c["common_prefix_tokens"].as_u64(), Some(8), "{c}");
     // every bulk row, plus the page summaries

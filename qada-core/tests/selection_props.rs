@@ -13,7 +13,8 @@ use common::{layer, layer_of, pages_of, scores_f64, seeded_masks, FixedPages, He
 use proptest::prelude::*;
 use qada_core::{
     attend_layer, Accounting, Approx, Decision, DecisionCost, Dense, DenseBelow, GroupRead,
-    HeadInput, LayerScratch, LocalityCriterion, PageRule, PageSelection, Pages,
+    HeadInput, KvSegments, LayerReads, LayerScratch, LocalityCriterion, PageRule, PageSelection,
+    Pages,
 };
 use qada_stats::{f16, PageBounds, Q8Block, Rows};
 
@@ -45,6 +46,40 @@ fn close(a: &[f32], b: &[f32], tol: f32) -> std::result::Result<(), TestCaseErro
         );
     }
     Ok(())
+}
+
+/// Attend one layer over `kv` reading the pages `masks` gives each head (`FixedPages`), and
+/// check each head's output against [`reference`] over `heads` (the f32 values `kv` holds)
+/// within `tol`, and its bulk rows counted; the layer's reads, for more checks.
+fn attend_fixed_pages(
+    heads: &[Head],
+    kv: &[KvSegments<'_>],
+    q: &[f32],
+    group: usize,
+    page: usize,
+    masks: &[u64],
+    tol: f32,
+) -> std::result::Result<LayerReads, TestCaseError> {
+    let d = heads[0].d;
+    let n_heads = heads.len() * group;
+    let bulk = kv[0].bulk_len();
+    let c = FixedPages {
+        page,
+        masks: masks.to_vec(),
+    };
+    let mut scratch = LayerScratch::new();
+    let mut out = vec![0.0; n_heads * d];
+    let scale = 1.0 / (d as f32).sqrt();
+    attend_layer(&c, 0, q, kv, scale, &mut scratch, &mut out).unwrap();
+    let reads = scratch.reads().clone();
+    for h in 0..n_heads {
+        let j = h % group;
+        let kept = |i: usize| masks[i / page] & (1 << j) != 0;
+        let expect = reference(&heads[h / group], &q[h * d..(h + 1) * d], scale, kept);
+        close(&out[h * d..(h + 1) * d], &expect, tol)?;
+        prop_assert_eq!(reads.head_rows[h], (0..bulk).filter(|&i| kept(i)).count());
+    }
+    Ok(reads)
 }
 
 proptest! {
@@ -81,25 +116,10 @@ proptest! {
         (heads, q, group, page) in layer(),
         seed in any::<u64>(),
     ) {
-        let d = heads[0].d;
-        let n_heads = heads.len() * group;
-        let bulk = heads[0].segments().bulk_len();
-        let n_pages = bulk.div_ceil(page);
-        let masks = seeded_masks(seed, n_pages, group);
-        let c = FixedPages { page, masks: masks.clone() };
         let kv: Vec<_> = heads.iter().map(|h| h.segments()).collect();
-        let mut scratch = LayerScratch::new();
-        let mut out = vec![0.0; n_heads * d];
-        let scale = 1.0 / (d as f32).sqrt();
-        attend_layer(&c, 0, &q, &kv, scale, &mut scratch, &mut out).unwrap();
-        let reads = scratch.reads();
-        for h in 0..n_heads {
-            let j = h % group;
-            let kept = |i: usize| masks[i / page] & (1 << j) != 0;
-            let expect = reference(&heads[h / group], &q[h * d..(h + 1) * d], scale, kept);
-            close(&out[h * d..(h + 1) * d], &expect, 2e-5)?;
-            prop_assert_eq!(reads.head_rows[h], (0..bulk).filter(|&i| kept(i)).count());
-        }
+        let bulk = kv[0].bulk_len();
+        let masks = seeded_masks(seed, bulk.div_ceil(page), group);
+        let reads = attend_fixed_pages(&heads, &kv, &q, group, page, &masks, 2e-5)?;
         let union = (0..bulk).filter(|&i| masks[i / page] != 0).count();
         prop_assert!(reads.group_rows.iter().all(|&r| r == union));
     }
@@ -160,22 +180,8 @@ proptest! {
                 }
             })
             .collect();
-        let n_heads = held.len() * group;
-        let bulk = kv[0].bulk_len();
-        let masks = seeded_masks(seed, bulk.div_ceil(page), group);
-        let c = FixedPages { page, masks: masks.clone() };
-        let mut scratch = LayerScratch::new();
-        let mut out = vec![0.0; n_heads * d];
-        let scale = 1.0 / (d as f32).sqrt();
-        attend_layer(&c, 0, &q, &kv, scale, &mut scratch, &mut out).unwrap();
-        let reads = scratch.reads();
-        for h in 0..n_heads {
-            let j = h % group;
-            let kept = |i: usize| masks[i / page] & (1 << j) != 0;
-            let expect = reference(&held[h / group], &q[h * d..(h + 1) * d], scale, kept);
-            close(&out[h * d..(h + 1) * d], &expect, 1e-4)?;
-            prop_assert_eq!(reads.head_rows[h], (0..bulk).filter(|&i| kept(i)).count());
-        }
+        let masks = seeded_masks(seed, kv[0].bulk_len().div_ceil(page), group);
+        attend_fixed_pages(&held, &kv, &q, group, page, &masks, 1e-4)?;
     }
 
     /// tau = 1 leaves no mass out: behind QAdA's gate (which calls no head local while the

@@ -32,11 +32,9 @@ pub fn arg_err(arg: &str, e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(format!("{arg}: {e}"))
 }
 
-/// `tau`, checked to lie in (0, 1].
+/// `tau`, checked by `Tau::new` (in (0, 1]), refused naming the argument.
 pub fn check_tau(tau: f64) -> PyResult<f64> {
-    if tau > 0.0 && tau <= 1.0 {
-        Ok(tau)
-    } else {
-        Err(bad_arg("tau", "a value in (0, 1]", tau))
-    }
+    qada_core::Tau::new(tau)
+        .map(qada_core::Tau::get)
+        .map_err(|_| bad_arg("tau", "a value in (0, 1]", tau))
 }
