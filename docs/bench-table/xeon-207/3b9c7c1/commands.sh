@@ -15,3 +15,4 @@ OUT=$D PP=0 REPS=2 DEEP_FROM=16384 DEEP_FA=0 QADA_ARGS="--setting shipped" bash 
 date
 for i in 2 3; do ./target/release/qada bench --model smollm2-135m --depth 8000 --setting shipped --pp 0 --new-tokens 32 --reps 3 --json > $D/smollm2-8000-shipped-run$i.json 2>> $D/smollm2-runs.log; done
 date
+OUT=$D PP=0 REPS=2 DEEP_FROM=16384 DEEP_FA=0 QADA_ARGS="--setting shipped" bash scripts/bench_table.sh qwen2.5-1.5b 16384 > $D/qwen1.5b-table.md 2> $D/qwen1.5b.log   # ran later, binary of ce49d07 (docs-only commits after 3b9c7c1)
