@@ -18,6 +18,17 @@ fn qada(args: &[&str]) -> Output {
     common::qada(args)
 }
 
+/// The first row of `qada ARGS` run with `--json` (`bench`: one row a depth).
+fn bench_row(args: &[&str]) -> serde_json::Value {
+    let rows: serde_json::Value = serde_json::from_str(&ok(&qada(args))).unwrap();
+    rows[0].clone()
+}
+
+/// The number `r[k]`, or a panic that names the key and shows the row.
+fn num(r: &serde_json::Value, k: &str) -> f64 {
+    r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"))
+}
+
 /// `calibrate static` on one short prompt (300 tokens, 4 steps) into `out`.
 fn calibrate_static(model: &[&str], out: &Path) -> Output {
     let mut args = vec!["calibrate", "static"];
@@ -691,7 +702,7 @@ fn eval_runs_several_samples_per_length_each_from_its_own_prefill() {
 
 #[test]
 fn bench_reports_speed_bytes_and_the_oracle_ceiling() {
-    let out = ok(&qada(&[
+    let r = bench_row(&[
         "bench",
         "--depth",
         "600",
@@ -712,10 +723,8 @@ fn bench_reports_speed_bytes_and_the_oracle_ceiling() {
         "--pp",
         "64",
         "--json",
-    ]));
-    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let r = &rows[0];
-    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+    ]);
+    let f = |k: &str| num(&r, k);
     assert_eq!(r["depth"], 600);
     assert_eq!(r["prefill_tokens"], 64);
     // the record says which kernel sets ran, and what the CPU had
@@ -798,7 +807,7 @@ fn bench_reports_speed_bytes_and_the_oracle_ceiling() {
 /// out, which the exact page choice behind the oracle's gate keeps within `1 - tau`.
 #[test]
 fn bench_and_analyze_run_a_page_selecting_criterion() {
-    let out = ok(&qada(&[
+    let r = bench_row(&[
         "bench",
         "--depth",
         "1200",
@@ -817,10 +826,8 @@ fn bench_and_analyze_run_a_page_selecting_criterion() {
         "--pp",
         "64",
         "--json",
-    ]));
-    let rows: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let r = &rows[0];
-    let f = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("{k} in {r}"));
+    ]);
+    let f = |k: &str| num(&r, k);
     let w = f("weight_bytes_per_token");
     let (dense, chosen) = (
         f("dense_bytes_per_token") - w,
@@ -830,9 +837,7 @@ fn bench_and_analyze_run_a_page_selecting_criterion() {
         chosen > 0.0 && chosen < dense,
         "channels {chosen}, dense {dense}"
     );
-    let select = r["adaptive_attention_ms_per_token"]["select"]
-        .as_f64()
-        .unwrap();
+    let select = num(&r["adaptive_attention_ms_per_token"], "select");
     assert!(select > 0.0, "{r}");
 
     let prompt = speech_excerpt(4000);
