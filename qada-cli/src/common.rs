@@ -208,7 +208,8 @@ pub struct CriterionArgs {
     /// more than dense) | channels (QAdA's gate, then the pages by scores from --channels
     /// channels of the keys, the rest of each page as its Gaussian) | channels-ungated (the
     /// same behind no gate: every head's pages scored, a head whose window holds tau of the
-    /// estimated mass reads none). Default: for generate, the setting shipped for the model
+    /// estimated mass reads none) | channels-union (channels' pages, each long head
+    /// computing over its group's union of them: the bytes the group reads anyway). Default: for generate, the setting shipped for the model
     /// (see --setting); for bench and analyze, approx.
     #[arg(long, conflicts_with = "setting")]
     pub criterion: Option<String>,
@@ -233,7 +234,7 @@ pub struct CriterionArgs {
     /// quest: bulk tokens each head reads (whole pages of its largest bounds).
     #[arg(long, default_value_t = qada_core::DEFAULT_QUEST_TOKENS)]
     pub quest_tokens: usize,
-    /// channels, channels-ungated: key channels every bulk key is scored with (those of largest
+    /// channels, channels-ungated, channels-union: key channels every bulk key is scored with (those of largest
     /// |q_j| (max k_j - min k_j) over the group's long heads; default 8).
     #[arg(long)]
     pub channels: Option<usize>,

@@ -129,7 +129,7 @@ pub struct Setting {
     pub model_name: String,
     pub model: ModelId,
     /// A `--criterion` name: dense, approx, bound, mixture, hybrid, pages, certified,
-    /// channels or channels-ungated.
+    /// channels, channels-ungated or channels-union.
     pub criterion: String,
     pub tau: Option<f64>,
     /// A `--group` mode: head, all or mass.
@@ -228,7 +228,7 @@ impl Setting {
     fn describe_criterion(&self) -> String {
         match (self.criterion.as_str(), self.tau) {
             ("dense", _) | (_, None) => self.criterion.clone(),
-            (c @ ("channels" | "channels-ungated"), Some(t)) => format!(
+            (c @ ("channels" | "channels-ungated" | "channels-union"), Some(t)) => format!(
                 "{c} at tau {t}, group {}, pages of {} keys scored from {} channels",
                 self.group, self.page, self.channels
             ),

@@ -83,7 +83,7 @@ pub use criteria::{
     hybrid::Hybrid,
     mixture::Mixture,
     oracle::Oracle,
-    pages::{PageRule, Pages},
+    pages::{HeadPages, PageRule, Pages},
     per_head::{calibrate_head_taus, HeadObservation, HeadTaus, PerHead},
     static_heads::{Static, StaticCalibrator, StaticTable},
     window::Window,

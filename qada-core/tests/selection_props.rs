@@ -2,7 +2,8 @@
 //! restricted to them (over f32, f16 and q8 rows); at tau 1 every page rule reads the whole
 //! bulk; the certified and exact rules never leave out more than `1 - tau` of a
 //! head's mass, and a later head of the group prefers the pages an earlier one chose;
-//! the estimate rule and Quest keep what they say; the channel rule behind no gate reads a
+//! the estimate rule and Quest keep what they say; computing over the group's union reads
+//! the same pages, each long head all of them; the channel rule behind no gate reads a
 //! needle QAdA's Gaussian misses; the accounting counts the pages read. (What
 //! the probe `qada analyze` runs measures of a selection is tested in qada-eval,
 //! `tests/probe_selection.rs`.)
@@ -13,8 +14,8 @@ use common::{layer, layer_of, pages_of, scores_f64, seeded_masks, FixedPages, He
 use proptest::prelude::*;
 use qada_core::{
     attend_layer, Accounting, Approx, Decision, DecisionCost, Dense, DenseBelow, GroupRead,
-    HeadInput, KvSegments, LayerReads, LayerScratch, LocalityCriterion, PageRule, PageSelection,
-    Pages,
+    HeadInput, HeadPages, KvSegments, LayerReads, LayerScratch, LocalityCriterion, PageRule,
+    PageSelection, Pages,
 };
 use qada_stats::{f16, PageBounds, Q8Block, Rows};
 
@@ -347,6 +348,98 @@ proptest! {
             let low = mine.iter().map(|&p| bound(p)).fold(f64::INFINITY, f64::min);
             for p in (0..n_pages).filter(|p| !mine.contains(p)) {
                 prop_assert!(bound(p) <= low + tol, "page {p}: {} above {low}", bound(p));
+            }
+        }
+    }
+
+    #[test]
+    fn computing_over_the_union_reads_the_same_pages_each_for_every_long_head(
+        (heads, q, group, page) in layer(),
+        tau in 0.3f64..0.99,
+        spread in 0.5f32..8.0,
+        channels in prop::option::of(1usize..6),
+        gated in any::<bool>(),
+    ) {
+        let h = &heads[0];
+        let d = h.d;
+        let q: Vec<f32> = q[..group * d].iter().map(|x| x * spread).collect();
+        // the channel rule reads the copy by channel, kept from the first key
+        let (pages, rule) = match channels {
+            Some(r) => {
+                let mut p = PageBounds::new(d, page).unwrap();
+                p.keep_channel_keys().unwrap();
+                p.push_rows_of(h.segments().bulk_keys).unwrap();
+                (p, PageRule::Channels(r))
+            }
+            None => (pages_of(h, page), PageRule::Estimate),
+        };
+        let seg = h.segments();
+        let scale = 1.0 / (d as f32).sqrt();
+        let local_scores: Vec<Vec<f32>> = (0..group)
+            .map(|j| {
+                let s = scores_f64(&q[j * d..(j + 1) * d], &h.keys, scale);
+                (0..h.t()).filter(|&i| h.is_local_pos(i)).map(|i| s[i] as f32).collect()
+            })
+            .collect();
+        let inputs: Vec<HeadInput<'_>> = (0..group)
+            .map(|j| HeadInput {
+                layer: 0,
+                head: j,
+                query: &q[j * d..(j + 1) * d],
+                scale,
+                local_scores: &local_scores[j],
+                bulk_len: seg.bulk_len(),
+                bulk_moments: &h.moments,
+                bulk_keys: seg.bulk_keys,
+                bulk_pages: Some(&pages),
+                bulk_clusters: None,
+            })
+            .collect();
+        // the gate's decisions first (QAdA's, or every head long), then each way of computing
+        let select = |heads: HeadPages| {
+            let (mut out, mut sel) = (vec![Decision::LONG; group], PageSelection::new());
+            let read = if gated {
+                let c = Pages::new(Approx::new(tau).unwrap(), tau, page, rule).unwrap();
+                let c = c.computing_over(heads);
+                c.decide_group(&inputs, &mut out).unwrap();
+                c.select_group(&inputs, &mut out, &mut sel).unwrap()
+            } else {
+                let c = Pages::new(Dense, tau, page, rule).unwrap().computing_over(heads);
+                c.select_group(&inputs, &mut out, &mut sel).unwrap()
+            };
+            let masks: Vec<(usize, u64)> = sel.pages().collect();
+            (read, masks, out)
+        };
+        let (own_read, own, own_out) = select(HeadPages::Own);
+        let (union_read, union, union_out) = select(HeadPages::Union);
+        let n_pages = pages.n_pages();
+        // the pages the group reads: every one when it reads in full
+        let read_pages = |read: GroupRead, masks: &[(usize, u64)]| -> Vec<usize> {
+            match read {
+                GroupRead::Full => (0..n_pages).collect(),
+                GroupRead::Local => vec![],
+                GroupRead::Selected => masks.iter().map(|&(p, _)| p).collect(),
+            }
+        };
+        prop_assert_eq!(read_pages(own_read, &own), read_pages(union_read, &union));
+        // the heads that read some page on their own, and those the gate left long
+        let own_heads = own.iter().fold(0u64, |m, &(_, x)| m | x);
+        let long = own_out.iter().enumerate().filter(|(_, o)| !o.local).fold(0u64, |m, (j, _)| m | 1 << j);
+        if own_read == GroupRead::Selected {
+            prop_assert_eq!(own_heads, long);
+        }
+        if union_read == GroupRead::Selected {
+            // every page for the same heads, a superset of each page's own heads
+            let all = union[0].1;
+            for (&(p, m), &(q, o)) in union.iter().zip(&own) {
+                prop_assert_eq!(p, q);
+                prop_assert_eq!(m, all);
+                prop_assert_eq!(o & !m, 0, "page {}: {:b} not within {:b}", p, o, m);
+            }
+            // ... the heads the gate left long, none reported local
+            prop_assert!(all & own_heads == own_heads);
+            for (j, o) in union_out.iter().enumerate() {
+                prop_assert_eq!(o.local, all & (1 << j) == 0, "head {}", j);
             }
         }
     }

@@ -173,7 +173,7 @@ def test_argument_errors_name_the_argument(rng):
         qada.decide(np.zeros((2, 2, 8), np.float32), local, bulk)
     with pytest.raises(ValueError, match=r"local_keys: expected a 2-d array"):
         qada.decide(q, local[0], bulk)
-    with pytest.raises(ValueError, match=r"criterion: unknown criterion \"magic\": use dense, window, oracle, approx, bound, mixture, hybrid, pages, certified, quest, pages-oracle, channels or channels-ungated"):
+    with pytest.raises(ValueError, match=r"criterion: unknown criterion \"magic\": use dense, window, oracle, approx, bound, mixture, hybrid, pages, certified, quest, pages-oracle, channels, channels-ungated or channels-union"):
         qada.decide(q, local, bulk, criterion="magic")
     with pytest.raises(ValueError, match=r"criterion: unknown criterion \"static\".*static needs a table"):
         qada.decide(q, local, bulk, criterion="static")
@@ -228,6 +228,16 @@ def test_certified_pages_leave_out_at_most_one_minus_tau_of_the_mass(rng):
             assert not c.local[j] or len(pages) == 0
         full = qada.decide(q, local, bulk, criterion=crit, tau=1.0, page=16, channels=16)
         assert [p.tolist() for p in full.pages] == [list(range(40))] * 6
+    # computing over the union: the pages channels' heads chose together, for every head
+    own = qada.decide(q, local, bulk, criterion="channels", tau=0.9, page=16, channels=16)
+    union = qada.decide(q, local, bulk, criterion="channels-union", tau=0.9, page=16, channels=16)
+    chosen = sorted(set().union(*(set(p.tolist()) for p in own.pages)))
+    assert chosen, "the union chose no page: the check below would pass with none"
+    for j in range(6):
+        # a head that chose pages reads them all; one the gate left long reads them too
+        mine = union.pages[j].tolist()
+        assert mine == chosen if len(own.pages[j]) else mine in (chosen, [])
+        assert union.local[j] == (len(mine) == 0)
     with pytest.raises(ValueError, match="channels"):
         qada.decide(q, local, bulk, criterion="channels", channels=0)
     with pytest.raises(ValueError, match="page"):

@@ -49,8 +49,8 @@ pub struct Args {
     #[arg(long, default_value_t = 0.02)]
     budget: f64,
     /// Criteria tried, comma-separated, among approx-current, bound, mixture, hybrid, pages,
-    /// certified, channels and channels-ungated (the last four select pages of the bulk per
-    /// KV group)
+    /// certified, channels, channels-ungated and channels-union (the last five select pages of
+    /// the bulk per KV group)
     /// (each at its default page of 32 keys, 4 clusters, margin of 1 nat, 8 channels).
     #[arg(
         long,
@@ -121,6 +121,7 @@ const SETTING_METHODS: &[&str] = &[
     "certified",
     "channels",
     "channels-ungated",
+    "channels-union",
 ];
 
 /// The `--criterion` name of a sweep method, and its group mode (`mixture@all` is mixture,

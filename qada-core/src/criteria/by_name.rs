@@ -8,14 +8,15 @@
 //! `pages-oracle` (the oracle's gate, then top-p pages by their exact mass), `channels`
 //! (QAdA's gate, then top-p pages by scores from a few channels of the keys), and
 //! `channels-ungated` (the same pages behind no gate: every head scored, a head whose window
-//! holds `tau` of the estimated mass reads no page). `static`
+//! holds `tau` of the estimated mass reads no page), `channels-union` (the `channels` pages,
+//! each long head computing over its group's union of them: the same bytes). `static`
 //! needs a calibrated table ([`StaticTable`](crate::StaticTable)), so it is built apart with
 //! [`Static::from_table`](crate::Static::from_table); its name is an error here that says so.
 
 use crate::criteria::{bound::DEFAULT_PAGE, hybrid::DEFAULT_MARGIN, mixture::DEFAULT_CLUSTERS};
 use crate::{
-    Approx, Bound, CoreError, Dense, Hybrid, LocalityCriterion, Mixture, Oracle, PageRule, Pages,
-    Result, Window,
+    Approx, Bound, CoreError, Dense, HeadPages, Hybrid, LocalityCriterion, Mixture, Oracle,
+    PageRule, Pages, Result, Window,
 };
 
 /// Tokens of the bulk Quest reads per head by default (its paper's smallest budget).
@@ -40,6 +41,7 @@ pub const CRITERION_NAMES: &[&str] = &[
     "pages-oracle",
     "channels",
     "channels-ungated",
+    "channels-union",
 ];
 
 /// The names of [`CRITERION_NAMES`] that select pages of the bulk per KV group (their
@@ -51,11 +53,13 @@ pub const SELECTING_NAMES: &[&str] = &[
     "pages-oracle",
     "channels",
     "channels-ungated",
+    "channels-union",
 ];
 
 /// What the accepted names are, for errors.
 const EXPECTED: &str = "dense, window, oracle, approx, bound, mixture, hybrid, pages, certified, \
-                        quest, pages-oracle, channels or channels-ungated (static needs a \
+                        quest, pages-oracle, channels, channels-ungated or channels-union \
+                        (static needs a \
                         table from `qada calibrate static`: StaticTable::load and \
                         Static::from_table)";
 
@@ -112,6 +116,15 @@ pub fn by_name(name: &str, p: &CriterionParams) -> Result<Box<dyn LocalityCriter
         "certified" => gated(Approx::new(p.tau)?, p, PageRule::Certified)?,
         "channels" => gated(Approx::new(p.tau)?, p, PageRule::Channels(p.channels))?,
         "channels-ungated" => gated(Dense, p, PageRule::Channels(p.channels))?,
+        "channels-union" => Box::new(
+            Pages::new(
+                Approx::new(p.tau)?,
+                p.tau,
+                p.page,
+                PageRule::Channels(p.channels),
+            )?
+            .computing_over(HeadPages::Union),
+        ),
         "pages-oracle" => gated(Oracle::new(p.tau)?, p, PageRule::Exact)?,
         "quest" => {
             if p.quest_tokens == 0 || p.page == 0 {
@@ -164,6 +177,7 @@ mod tests {
         "pages-oracle",
         "channels",
         "channels-ungated",
+        "channels-union",
     ];
 
     #[test]
@@ -251,6 +265,7 @@ mod tests {
             "pages-oracle",
             "channels",
             "channels-ungated",
+            "channels-union",
         ] {
             assert!(matches!(
                 by_name(name, &no_page),
@@ -268,6 +283,7 @@ mod tests {
         };
         assert!(by_name("channels", &no_channels).is_err());
         assert!(by_name("channels-ungated", &no_channels).is_err());
+        assert!(by_name("channels-union", &no_channels).is_err());
         let bad_margin = CriterionParams {
             margin: -1.0,
             ..CriterionParams::default()

@@ -36,7 +36,9 @@
 //! bin where the budget runs out is kept whole, so a rule reads at most one bin more than a
 //! sort would and never drops more than its budget.
 //!
-//! The group reads the union of its long heads' pages; each head computes over its own.
+//! The group reads the union of its long heads' pages; each head computes over its own
+//! ([`HeadPages::Own`]), or over the whole union ([`HeadPages::Union`]: the same bytes, more
+//! of each head's mass, more multiply-adds).
 //! The heads choose in turn, and a page an earlier head chose ranks [`SHARED_PAGE_WEIGHT`]
 //! times its mass in a later head's order (its bytes are read anyway): the same budget per
 //! head, from fewer pages for the group.
@@ -73,6 +75,16 @@ pub enum PageRule {
     Channels(usize),
 }
 
+/// What each long head of a selecting group computes over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadPages {
+    /// The pages it chose itself (the group reads their union).
+    Own,
+    /// The union of the pages its group's long heads chose: the bytes the group reads
+    /// anyway, and each head's share of its own mass at least what it chose.
+    Union,
+}
+
 /// A gate criterion, then page selection for the groups it calls long-context.
 #[derive(Clone, Debug)]
 pub struct Pages<C> {
@@ -80,6 +92,7 @@ pub struct Pages<C> {
     tau: Tau,
     page: usize,
     rule: PageRule,
+    heads: HeadPages,
 }
 
 impl PageRule {
@@ -129,7 +142,17 @@ impl<C: LocalityCriterion> Pages<C> {
             tau: Tau::new(tau)?,
             page,
             rule,
+            heads: HeadPages::Own,
         })
+    }
+    /// The same selection, each long head computing over `heads`' pages (by default its
+    /// own).
+    pub fn computing_over(self, heads: HeadPages) -> Self {
+        Pages { heads, ..self }
+    }
+    /// What each long head computes over.
+    pub fn heads(&self) -> HeadPages {
+        self.heads
     }
     /// The gate.
     pub fn gate(&self) -> &C {
@@ -151,11 +174,19 @@ impl<C: LocalityCriterion> LocalityCriterion for Pages<C> {
         self.gate.decide(input)
     }
     /// The rule's name; `channels-ungated` for the channel rule behind no gate (dense's
-    /// decisions: every head scored, the estimate its own gate).
+    /// decisions: every head scored, the estimate its own gate); `-union` after it where
+    /// each head computes over its group's union.
     fn name(&self) -> &str {
-        match self.rule {
-            PageRule::Channels(_) if self.gate.name() == "dense" => "channels-ungated",
-            rule => rule.name(),
+        let ungated = self.gate.name() == "dense";
+        match (self.rule, self.heads) {
+            (PageRule::Channels(_), HeadPages::Own) if ungated => "channels-ungated",
+            (PageRule::Channels(_), HeadPages::Union) if ungated => "channels-ungated-union",
+            (rule, HeadPages::Own) => rule.name(),
+            (PageRule::Estimate, HeadPages::Union) => "pages-union",
+            (PageRule::Certified, HeadPages::Union) => "certified-union",
+            (PageRule::TopK(_), HeadPages::Union) => "quest-union",
+            (PageRule::Exact, HeadPages::Union) => "pages-oracle-union",
+            (PageRule::Channels(_), HeadPages::Union) => "channels-union",
         }
     }
     /// The gate's (the page choice's cost is added per group, as it reads: `add_cost`).
@@ -213,7 +244,8 @@ impl<C: LocalityCriterion> LocalityCriterion for Pages<C> {
             // tau 1 leaves no mass out: every long head reads the whole bulk, nothing scored
             return Ok(GroupRead::Full);
         }
-        select_pages(self.rule, self.tau, inputs, out, pages, selection)
+        let long = select_pages(self.rule, self.tau, inputs, out, pages, selection)?;
+        push_chosen(selection, out, long, self.heads)
     }
 }
 
@@ -233,9 +265,9 @@ impl<C> Pages<C> {
     }
 }
 
-/// Score the pages for the group's long heads and fill `selection`: the long heads'
-/// queries as the rule reads them, the summaries' block products for all of them at once,
-/// then each head's pages, the cost, and the union of the heads' pages.
+/// Score the pages for the group's long heads and mark each head's in `selection.scratch`'s
+/// `chosen`: the long heads' queries as the rule reads them, the summaries' block products for
+/// all of them at once, then each head's pages and the cost. Returns the long heads' bits.
 fn select_pages(
     rule: PageRule,
     tau: Tau,
@@ -243,7 +275,7 @@ fn select_pages(
     out: &mut [Decision],
     pages: &PageBounds,
     selection: &mut PageSelection,
-) -> Result<GroupRead> {
+) -> Result<u64> {
     let n_pages = pages.n_pages();
     let long: u64 = out
         .iter()
@@ -272,7 +304,7 @@ fn select_pages(
         scoring.choose_for_head(input, out[j], j, k, s);
     }
     scoring.add_cost(&inputs[0], n_long, selection);
-    push_chosen(selection, out, long, n_pages)
+    Ok(long)
 }
 
 /// The long heads' queries, contiguous, as the rule reads them: whole (and their magnitudes,
@@ -533,18 +565,23 @@ fn scored_page_masses(
     }
 }
 
-/// The pages some long head chose, into `selection`; a long head that kept no page attends to
-/// its local window only. The group reads everything when every page is every long head's.
+/// The pages some long head chose (`selection.scratch`'s `chosen`, of the long heads whose
+/// bits are `long`), into `selection`, each for the heads that chose it ([`HeadPages::Own`]) or for
+/// every long head ([`HeadPages::Union`]); a long head that reads no page attends to its local
+/// window only. The group reads everything when every page is every long head's.
 fn push_chosen(
     selection: &mut PageSelection,
     out: &mut [Decision],
     long: u64,
-    n_pages: usize,
+    heads: HeadPages,
 ) -> Result<GroupRead> {
     let mut all = true;
     let mut reading = 0u64;
-    for p in 0..n_pages {
-        let m = selection.scratch.chosen[p];
+    for p in 0..selection.scratch.chosen.len() {
+        let m = match (heads, selection.scratch.chosen[p]) {
+            (HeadPages::Union, m) if m != 0 => long,
+            (_, m) => m,
+        };
         all &= m == long;
         reading |= m;
         selection.push(p, m)?;

@@ -41,6 +41,7 @@ pub const METHODS: &[&str] = &[
     "pages-oracle",
     "channels",
     "channels-ungated",
+    "channels-union",
 ];
 
 /// Bulk tokens per head the `quest` method sweeps (its paper's budgets).
