@@ -256,26 +256,8 @@ proptest! {
         let c = Pages::new(Dense, tau, page, rule).unwrap();
         let seg = h.segments();
         let scale = 1.0 / (d as f32).sqrt();
-        let local_scores: Vec<Vec<f32>> = (0..group)
-            .map(|j| {
-                let s = scores_f64(&q[j * d..(j + 1) * d], &h.keys, scale);
-                (0..h.t()).filter(|&i| h.is_local_pos(i)).map(|i| s[i] as f32).collect()
-            })
-            .collect();
-        let inputs: Vec<HeadInput<'_>> = (0..group)
-            .map(|j| HeadInput {
-                layer: 0,
-                head: j,
-                query: &q[j * d..(j + 1) * d],
-                scale,
-                local_scores: &local_scores[j],
-                bulk_len: seg.bulk_len(),
-                bulk_moments: &h.moments,
-                bulk_keys: seg.bulk_keys,
-                bulk_pages: Some(&pages),
-                bulk_clusters: None,
-            })
-            .collect();
+        let local_scores = local_scores_of(h, &q, group, scale);
+        let inputs = group_inputs(h, &q, &local_scores, scale, &pages);
         let mut out = vec![Decision::LONG; group];
         let mut sel = PageSelection::new();
         // Local too is a selection: no page, when the bounds prove the whole bulk below
@@ -373,28 +355,9 @@ proptest! {
             }
             None => (pages_of(h, page), PageRule::Estimate),
         };
-        let seg = h.segments();
         let scale = 1.0 / (d as f32).sqrt();
-        let local_scores: Vec<Vec<f32>> = (0..group)
-            .map(|j| {
-                let s = scores_f64(&q[j * d..(j + 1) * d], &h.keys, scale);
-                (0..h.t()).filter(|&i| h.is_local_pos(i)).map(|i| s[i] as f32).collect()
-            })
-            .collect();
-        let inputs: Vec<HeadInput<'_>> = (0..group)
-            .map(|j| HeadInput {
-                layer: 0,
-                head: j,
-                query: &q[j * d..(j + 1) * d],
-                scale,
-                local_scores: &local_scores[j],
-                bulk_len: seg.bulk_len(),
-                bulk_moments: &h.moments,
-                bulk_keys: seg.bulk_keys,
-                bulk_pages: Some(&pages),
-                bulk_clusters: None,
-            })
-            .collect();
+        let local_scores = local_scores_of(h, &q, group, scale);
+        let inputs = group_inputs(h, &q, &local_scores, scale, &pages);
         // the gate's decisions first (QAdA's, or every head long), then each way of computing
         let select = |heads: HeadPages| {
             let (mut out, mut sel) = (vec![Decision::LONG; group], PageSelection::new());
@@ -497,6 +460,45 @@ proptest! {
             }
         }
     }
+}
+
+/// The exact local scores of the group's `group` query heads (`q`, head-major) over `h`.
+fn local_scores_of(h: &Head, q: &[f32], group: usize, scale: f32) -> Vec<Vec<f32>> {
+    let d = h.d;
+    (0..group)
+        .map(|j| {
+            let s = scores_f64(&q[j * d..(j + 1) * d], &h.keys, scale);
+            (0..h.t())
+                .filter(|&i| h.is_local_pos(i))
+                .map(|i| s[i] as f32)
+                .collect()
+        })
+        .collect()
+}
+
+/// The inputs of one group's query heads over `h`'s bulk with its summaries `pages`.
+fn group_inputs<'a>(
+    h: &'a Head,
+    q: &'a [f32],
+    local_scores: &'a [Vec<f32>],
+    scale: f32,
+    pages: &'a PageBounds,
+) -> Vec<HeadInput<'a>> {
+    let (d, seg) = (h.d, h.segments());
+    (0..local_scores.len())
+        .map(|j| HeadInput {
+            layer: 0,
+            head: j,
+            query: &q[j * d..(j + 1) * d],
+            scale,
+            local_scores: &local_scores[j],
+            bulk_len: seg.bulk_len(),
+            bulk_moments: &h.moments,
+            bulk_keys: seg.bulk_keys,
+            bulk_pages: Some(pages),
+            bulk_clusters: None,
+        })
+        .collect()
 }
 
 /// One head (d = 8, sink 2, window of 6) whose query reads channel 0 only: local keys score
