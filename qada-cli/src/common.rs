@@ -209,8 +209,9 @@ pub struct CriterionArgs {
     /// channels of the keys, the rest of each page as its Gaussian) | channels-ungated (the
     /// same behind no gate: every head's pages scored, a head whose window holds tau of the
     /// estimated mass reads none) | channels-union (channels' pages, each long head
-    /// computing over its group's union of them: the bytes the group reads anyway). Default: for generate, the setting shipped for the model
-    /// (see --setting); for bench and analyze, approx.
+    /// computing over its group's union of them: the bytes the group reads anyway). Default:
+    /// for generate, the setting shipped for the model (see --setting); for bench and
+    /// analyze, approx.
     #[arg(long, conflicts_with = "setting")]
     pub criterion: Option<String>,
     /// A setting from `qada calibrate tau` (a JSON file), or `shipped`: the one calibrated
@@ -234,8 +235,8 @@ pub struct CriterionArgs {
     /// quest: bulk tokens each head reads (whole pages of its largest bounds).
     #[arg(long, default_value_t = qada_core::DEFAULT_QUEST_TOKENS)]
     pub quest_tokens: usize,
-    /// channels, channels-ungated, channels-union: key channels every bulk key is scored with (those of largest
-    /// |q_j| (max k_j - min k_j) over the group's long heads; default 8).
+    /// channels, channels-ungated, channels-union: key channels every bulk key is scored with
+    /// (those of largest |q_j| (max k_j - min k_j) over the group's long heads; default 8).
     #[arg(long)]
     pub channels: Option<usize>,
     /// mixture: clusters of the bulk keys (k-means at the end of prefill; default 4).

@@ -116,15 +116,12 @@ pub fn by_name(name: &str, p: &CriterionParams) -> Result<Box<dyn LocalityCriter
         "certified" => gated(Approx::new(p.tau)?, p, PageRule::Certified)?,
         "channels" => gated(Approx::new(p.tau)?, p, PageRule::Channels(p.channels))?,
         "channels-ungated" => gated(Dense, p, PageRule::Channels(p.channels))?,
-        "channels-union" => Box::new(
-            Pages::new(
-                Approx::new(p.tau)?,
-                p.tau,
-                p.page,
-                PageRule::Channels(p.channels),
-            )?
-            .computing_over(HeadPages::Union),
-        ),
+        "channels-union" => gated_over(
+            Approx::new(p.tau)?,
+            p,
+            PageRule::Channels(p.channels),
+            HeadPages::Union,
+        )?,
         "pages-oracle" => gated(Oracle::new(p.tau)?, p, PageRule::Exact)?,
         "quest" => {
             if p.quest_tokens == 0 || p.page == 0 {
@@ -151,13 +148,26 @@ pub fn by_name(name: &str, p: &CriterionParams) -> Result<Box<dyn LocalityCriter
     })
 }
 
-/// `gate`, then pages of `p.page` keys chosen by `rule` at `p.tau`.
+/// `gate`, then pages of `p.page` keys chosen by `rule` at `p.tau`, each long head computing
+/// over its own.
 fn gated<C: LocalityCriterion + 'static>(
     gate: C,
     p: &CriterionParams,
     rule: PageRule,
 ) -> Result<Box<dyn LocalityCriterion>> {
-    Ok(Box::new(Pages::new(gate, p.tau, p.page, rule)?))
+    gated_over(gate, p, rule, HeadPages::Own)
+}
+
+/// [`gated`], each long head computing over `heads`' pages.
+fn gated_over<C: LocalityCriterion + 'static>(
+    gate: C,
+    p: &CriterionParams,
+    rule: PageRule,
+    heads: HeadPages,
+) -> Result<Box<dyn LocalityCriterion>> {
+    Ok(Box::new(
+        Pages::new(gate, p.tau, p.page, rule)?.computing_over(heads),
+    ))
 }
 
 #[cfg(test)]

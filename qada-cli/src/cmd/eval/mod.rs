@@ -71,13 +71,13 @@ pub struct Args {
     /// Methods, comma-separated, among dense, dense-int8, window, oracle, approx-current,
     /// approx-calibration, static, bound, mixture, hybrid, pages, certified, quest,
     /// pages-oracle, channels, channels-ungated and channels-union (dense always runs;
-    /// dense-int8 decodes
-    /// densely with int8 activations, generate's default, from the same checkpoint: the
-    /// fast path's own drift beside the criteria's; bound onward over
-    /// --taus with their default page of 32 keys, 4 clusters, margin of 1 nat and 8
-    /// channels; pages, certified, pages-oracle and channels select pages of the bulk per KV
-    /// group behind QAdA's gate (pages-oracle behind the oracle's, channels-ungated behind
-    /// none; channels-union's heads each compute over their group's union of pages); quest reads 512, 1024, 2048 and 4096 tokens of pages per head, its parameter).
+    /// dense-int8 decodes densely with int8 activations, generate's default, from the same
+    /// checkpoint: the fast path's own drift beside the criteria's; bound onward over --taus
+    /// with their default page of 32 keys, 4 clusters, margin of 1 nat and 8 channels; pages,
+    /// certified, pages-oracle and channels select pages of the bulk per KV group behind
+    /// QAdA's gate (pages-oracle behind the oracle's, channels-ungated behind none;
+    /// channels-union's heads each compute over their group's union of pages); quest reads
+    /// 512, 1024, 2048 and 4096 tokens of pages per head, its parameter).
     #[arg(
         long,
         default_value = "dense,window,oracle,approx-current,approx-calibration,static"
@@ -86,8 +86,8 @@ pub struct Args {
     /// Thresholds tau of the oracle and QAdA, comma-separated.
     #[arg(long)]
     taus: Option<String>,
-    /// channels, channels-ungated, channels-union: key channels every bulk key is scored with (those of
-    /// largest |q_j| (max k_j - min k_j) over the group's long heads).
+    /// channels, channels-ungated, channels-union: key channels every bulk key is scored with
+    /// (those of largest |q_j| (max k_j - min k_j) over the group's long heads).
     #[arg(long, default_value_t = qada_core::DEFAULT_CHANNELS)]
     channels: usize,
     /// Group decisions, comma-separated, among head (each query head alone, the paper), all
