@@ -14,8 +14,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use qada_core::{
-    Approx, Dense, DenseBelow, GroupMode, Grouped, LocalityCriterion, Oracle, PageRule, Pages,
-    Reuse, ReusePages,
+    Approx, Dense, DenseBelow, GroupMode, Grouped, HeadPages, LocalityCriterion, Oracle, PageRule,
+    Pages, Reuse, ReusePages,
 };
 use qada_kv::{KvDtype, MomentsMode, WindowConfig};
 use qada_model::{LoadOptions, Model, Session, SessionOptions};
@@ -137,7 +137,7 @@ fn decoding_steps_allocate_nothing_once_warm() {
             &[KvDtype::F16, KvDtype::Q8][..],
         ),
     ];
-    let criteria: [(&str, MakeCriterion); 12] = [
+    let criteria: [(&str, MakeCriterion); 13] = [
         ("dense", || Box::new(Dense)),
         ("approx", || Box::new(Approx::new(0.6).unwrap())),
         ("oracle", || Box::new(Oracle::new(0.6).unwrap())),
@@ -153,6 +153,15 @@ fn decoding_steps_allocate_nothing_once_warm() {
         ("channels@all, 16 channels, dense below 1400", || {
             let gate = Approx::new(0.98).unwrap();
             let pages = Pages::new(gate, 0.98, 32, PageRule::Channels(16)).unwrap();
+            let grouped = Grouped::new(pages, GroupMode::All);
+            Box::new(DenseBelow::new(grouped, 1400).unwrap())
+        }),
+        // each long head over its group's union of pages
+        ("channels-union@all, 16 channels, dense below 1400", || {
+            let gate = Approx::new(0.95).unwrap();
+            let pages = Pages::new(gate, 0.95, 32, PageRule::Channels(16))
+                .unwrap()
+                .computing_over(HeadPages::Union);
             let grouped = Grouped::new(pages, GroupMode::All);
             Box::new(DenseBelow::new(grouped, 1400).unwrap())
         }),
