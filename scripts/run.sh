@@ -3,8 +3,9 @@
 # about a long document (about 16,200 tokens: State of the Union addresses from 1901 on, with
 # one fact placed in the middle) on Qwen2.5-0.5B (32k context), under the setting shipped
 # for the model (qada-cli/settings/qwen2.5-0.5b.json, printed with its evidence): page
-# selection deciding per token and KV group which pages of the context to read (channels:
-# each key scored from 16 of its channels, tau 0.97, the setting calibrated to keep quality).
+# selection deciding per token and KV group which pages of the context to read (channels-union:
+# each key scored from 16 of its channels, a group's long heads over the union of their pages,
+# tau 0.94, the setting calibrated to keep quality).
 # The same prompt is then decoded densely from the same prefill (--compare dense), and both
 # speeds and K/V bytes are printed.
 #
