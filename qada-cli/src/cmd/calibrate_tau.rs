@@ -24,8 +24,8 @@ use qada_eval::{PasskeyTask, RulerPrompts};
 use qada_model::ActPrecision;
 use qada_model::Model;
 
-use super::eval::configs::{configs, parse_groups, parse_list, parse_methods, DENSE_INT8};
-use super::eval::records::RecordLog;
+use super::eval::configs::{configs, parse_groups, parse_list, parse_methods, Config, DENSE_INT8};
+use super::eval::records::{param_text, Record, RecordLog};
 use super::eval::rows::{rows, Row, ACCURACY};
 use super::eval::sweep::{units, EvalTask, Sweep, FIDELITY_STEPS};
 use super::eval::{check_identity, run_identity, ANSWER_ROOM};
@@ -440,7 +440,8 @@ pub fn run(a: Args) -> CliResult<()> {
         z: Normal::new(0.0, 1.0)?.inverse_cdf(a.confidence),
         fidelity: a.fidelity_rule,
     };
-    let choice = choose(&rows(log.records()), &names, &rule)?;
+    let asked = asked(log.records(), &cfgs, &lengths, a.samples);
+    let choice = choose(&rows(&asked), &names, &rule)?;
     let setting = setting_of(&a, &model, &model_path, &lengths, choice);
     std::fs::write(&a.out, serde_json::to_string_pretty(&setting)? + "\n")
         .map_err(|e| format!("cannot write {}: {e}", a.out.display()))?;
@@ -451,6 +452,23 @@ pub fn run(a: Args) -> CliResult<()> {
         a.out.display()
     );
     Ok(())
+}
+
+/// The records of this sweep: its configurations, lengths and first `samples` prompts. A
+/// resumed work dir may hold others (taus, methods, lengths or prompts of an earlier sweep);
+/// the setting is chosen among the ones asked for.
+fn asked(records: &[Record], cfgs: &[Config], lengths: &[usize], samples: usize) -> Vec<Record> {
+    records
+        .iter()
+        .filter(|r| {
+            lengths.contains(&r.length)
+                && r.sample < samples
+                && cfgs
+                    .iter()
+                    .any(|c| c.method == r.method && param_text(c.param) == param_text(r.param))
+        })
+        .cloned()
+        .collect()
 }
 
 /// Refuse a `--dense-below n` out of range, or under which some length would be measured:
@@ -555,6 +573,7 @@ fn print_choice(setting: &Setting) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use qada_core::GroupMode;
 
     /// A rule on the means (z = 0: fidelity's bound is its mean).
     fn rule(budget: f64, min_saving: f64) -> Rule {
@@ -698,6 +717,57 @@ mod tests {
         assert_eq!(c.pick, None);
         assert_eq!(criterion_of("hybrid@all"), ("hybrid", "all"));
         assert_eq!(criterion_of("approx-current"), ("approx", "head"));
+    }
+
+    /// A resumed work dir holding tau 0.94 (cheaper, within the budget) and prompts and
+    /// lengths of another sweep: asking for tau 0.95 on one length and two prompts chooses
+    /// among those records only.
+    #[test]
+    fn a_resumed_sweep_chooses_among_the_configurations_lengths_and_prompts_asked() {
+        let record = |method: &str, param: Option<f64>, length, sample, accuracy, kv| Record {
+            task: "passkey".into(),
+            length,
+            sample,
+            method: method.into(),
+            param,
+            sums: vec![(ACCURACY.into(), accuracy)],
+            units: 1,
+            decisions: 0,
+            local: 0,
+            kv_bytes: kv,
+            dense_kv_bytes: 1.0,
+            run: None,
+        };
+        let union = "channels-union@all";
+        let mut records = Vec::new();
+        for sample in 0..2 {
+            records.push(record("dense", None, 8192, sample, 1.0, 1.0));
+            records.push(record(union, Some(0.94), 8192, sample, 1.0, 0.5));
+            records.push(record(union, Some(0.95), 8192, sample, 1.0, 0.6));
+        }
+        // a prompt and a length this sweep does not ask for, where 0.95 loses the answer
+        records.push(record("dense", None, 8192, 2, 1.0, 1.0));
+        records.push(record(union, Some(0.95), 8192, 2, 0.0, 0.6));
+        records.push(record("dense", None, 4096, 0, 1.0, 1.0));
+        records.push(record(union, Some(0.95), 4096, 0, 0.0, 0.6));
+        let cfgs = configs(
+            &["dense", "channels-union"],
+            &[0.95],
+            &[],
+            None,
+            &[GroupMode::All],
+            16,
+        )
+        .unwrap();
+        let kept = asked(&records, &cfgs, &[8192], 2);
+        assert_eq!(kept.len(), 4);
+        assert!(kept.iter().all(|r| r.param != Some(0.94) && r.sample < 2));
+        let c = choose(&rows(&kept), &["passkey"], &rule(0.02, 0.05)).unwrap();
+        assert_eq!(c.pick, Some((union.to_string(), 0.95)));
+        assert_eq!(c.tried, 2);
+        // every record of the work dir would have chosen 0.94
+        let c = choose(&rows(&records), &["passkey"], &rule(0.02, 0.05)).unwrap();
+        assert_eq!(c.pick, Some((union.to_string(), 0.94)));
     }
 
     #[test]
