@@ -5,7 +5,7 @@
 # for the model (qada-cli/settings/qwen2.5-0.5b.json, printed with its evidence): page
 # selection deciding per token and KV group which pages of the context to read (channels-union:
 # each key scored from 16 of its channels, a group's long heads over the union of their pages,
-# tau 0.94, the setting calibrated to keep quality).
+# tau 0.95, the setting calibrated to keep quality).
 # The same prompt is then decoded densely from the same prefill (--compare dense), and both
 # speeds and K/V bytes are printed.
 #
