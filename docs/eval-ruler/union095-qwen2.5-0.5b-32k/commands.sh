@@ -3,3 +3,13 @@
 qada eval --model qwen2.5-0.5b --part evaluation --task passkey,niah-multikey,fidelity \
     --lengths 32000 --samples 1 --methods dense,dense-int8,channels-union --taus 0.95 \
     --groups all --channels 16 --out-dir docs/eval-ruler/union095-qwen2.5-0.5b-32k
+# Then (next session, same host kind, binary of b3c9157, 17 min; log-2.txt): three more tasks,
+# one prompt each. cwe: dense finds none of the ten words at this length, so nothing is compared.
+qada eval --model qwen2.5-0.5b --part evaluation --task niah-multivalue,niah-multiquery,cwe \
+    --lengths 32000 --samples 1 --methods dense,dense-int8,channels-union --taus 0.95 \
+    --groups all --channels 16 --out-dir docs/eval-ruler/union095-qwen2.5-0.5b-32k --resume
+# The summary redrawn over the six tasks run.
+qada eval --model qwen2.5-0.5b --part evaluation \
+    --task passkey,niah-multikey,niah-multivalue,niah-multiquery,cwe,fidelity --lengths 32000 \
+    --samples 1 --methods dense,dense-int8,channels-union --taus 0.95 --groups all --channels 16 \
+    --out-dir docs/eval-ruler/union095-qwen2.5-0.5b-32k --replot
