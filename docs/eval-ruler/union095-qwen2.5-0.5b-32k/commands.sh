@@ -9,7 +9,7 @@ qada eval --model qwen2.5-0.5b --part evaluation --task niah-multivalue,niah-mul
     --lengths 32000 --samples 1 --methods dense,dense-int8,channels-union --taus 0.95 \
     --groups all --channels 16 --out-dir docs/eval-ruler/union095-qwen2.5-0.5b-32k --resume
 # Then (a third session, same host kind, binary of b6526a8, whose decoding is b3c9157's; 20 min,
-# its first 8 min beside a release build; log-3.txt): the last three tasks, one prompt each.
+# 8 of them beside a release build; log-3.txt): the last three tasks, one prompt each.
 # vt: dense traces 0.40 of the chain at this length, so nothing is compared.
 qada eval --model qwen2.5-0.5b --part evaluation --task niah-single,vt,fwe \
     --lengths 32000 --samples 1 --methods dense,dense-int8,channels-union --taus 0.95 \
