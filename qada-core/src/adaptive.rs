@@ -16,7 +16,7 @@ use rayon::prelude::*;
 use qada_stats::{f16, BulkSummaries, Q8Block, Rows};
 
 use crate::accounting::PhaseTimes;
-use crate::attention::{exp_in_place, max_score, Elem, KvSegments, ScoreMap};
+use crate::attention::{exp_in_place, max_score, prefetch_rows, Elem, KvSegments, ScoreMap};
 
 /// The KV heads of one layer as attention reads them: a slice of [`KvSegments`], or a view
 /// that borrows them from a cache on demand (so a decoding step needs no list of its own).
@@ -59,6 +59,9 @@ use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result};
 
 /// Bulk rows per parallel task.
 const CHUNK: usize = 512;
+
+/// Rows of the next run prefetched while a run is computed: one page of 32.
+const PREFETCH_ROWS: usize = 32;
 
 /// The smallest page [`LayerScratch::with_capacity`] makes room for: a criterion that
 /// selects smaller pages may allocate when the bulk grows.
@@ -297,8 +300,15 @@ fn run_task<K: LayerKv + ?Sized>(
     let mut sub = [0usize; 64];
     let mut nr = 0;
     let mut gathered = 0u64;
-    for &(r0, r1, mask) in &t.runs {
+    for (x, &(r0, r1, mask)) in t.runs.iter().enumerate() {
         let n = r1 - r0;
+        // the next run's first page is on its way from memory while this run is computed
+        // (the kernels prefetch only within a run)
+        if let Some(&(n0, n1, _)) = t.runs.get(x + 1) {
+            let n1 = n1.min(n0 + PREFETCH_ROWS);
+            prefetch_rows(k.bulk_keys.slice(n0, n1, d));
+            prefetch_rows(k.bulk_values.slice(n0, n1, d));
+        }
         if mask != gathered {
             nr = 0;
             t.queries.clear();

@@ -312,13 +312,16 @@ macro_rules! block_kernels {
                 // SAFETY: keys hold n rows of d values (d % 8 == 0) and queries h rows, so the loads
                 // at rows i..i + 4 < n (or i < n), heads j0 + j < h and columns c + 8 <= d
                 // are in bounds; out holds h * n, so (j0 + j) * n + i + 4 <= h * n. Prefetches
-                // may point past the end: they never fault and are computed with wrapping_add.
+                // stay within the rows (i + 36 <= n): a run of selected pages must not fetch
+                // the unselected page after it.
                 while i + 4 <= n {
                     let mut acc = [[_mm256_setzero_ps(); 4]; H];
                     // the rows 32 ahead are on their way from memory meanwhile
-                    let ahead = k.wrapping_add((i + 32) * d) as *const i8;
-                    for line in (0..4 * d * std::mem::size_of::<$elem>()).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
+                    if i + 36 <= n {
+                        let ahead = k.add((i + 32) * d) as *const i8;
+                        for line in (0..4 * d * std::mem::size_of::<$elem>()).step_by(64) {
+                            _mm_prefetch::<_MM_HINT_T0>(ahead.add(line));
+                        }
                     }
                     let mut c = 0;
                     while c < d {
@@ -443,7 +446,8 @@ macro_rules! block_kernels {
                 };
                 let row_bytes = d * std::mem::size_of::<$elem>();
                 for i in r0..r1 {
-                    if let Some(p) = next {
+                    // within the rows only: a run of selected pages fetches no unselected one
+                    if let Some(p) = next.filter(|_| ROWS + i < n) {
                         for line in (0..row_bytes).step_by(64) {
                             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(i * row_bytes + line));
                         }

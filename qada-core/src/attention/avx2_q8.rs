@@ -208,10 +208,13 @@ unsafe fn scores_group<const H: usize>(
     // (j0 + j) * d + 32 b .. + 32 <= h * d; out holds h * n, so (j0 + j) * n + i < h * n.
     // Prefetch addresses are computed with wrapping_add and never read.
     for i in 0..n {
-        // the rows AHEAD on are on their way from memory meanwhile
-        let ahead = k.wrapping_add((i + AHEAD) * per_row) as *const i8;
-        for line in (0..row_bytes).step_by(64) {
-            _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
+        // the rows AHEAD on are on their way from memory meanwhile (those within the rows: a
+        // run of selected pages must not fetch the unselected page after it)
+        if i + AHEAD < n {
+            let ahead = k.wrapping_add((i + AHEAD) * per_row) as *const i8;
+            for line in (0..row_bytes).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
+            }
         }
         let mut acc = [_mm256_setzero_ps(); GROUP];
         for b in 0..per_row {
@@ -309,7 +312,8 @@ unsafe fn acc_group<const H: usize>(
         // the first pass over a block of rows fetches the next block's rows meanwhile
         let next = (b == 0 && j0 == 0).then(|| v.wrapping_add(ROWS * per_row) as *const i8);
         for (i, s) in (r0..r1).zip(ds.iter_mut()) {
-            if let Some(p) = next {
+            // within the rows only: a run of selected pages fetches no unselected one
+            if let Some(p) = next.filter(|_| ROWS + i < n) {
                 for line in (0..row_bytes).step_by(64) {
                     _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(i * row_bytes + line));
                 }

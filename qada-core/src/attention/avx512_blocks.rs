@@ -192,14 +192,16 @@ macro_rules! block_kernels {
                 // SAFETY: keys hold n rows of d values (d % 8 == 0) and queries h rows, so the
                 // loads at rows i..i + 4 <= n (or i < n), heads j0 + j < h and columns
                 // c + 8 <= d are in bounds; out holds h * n, so (j0 + j) * n + i + 4 <= h * n.
-                // Prefetches may point past the end: they never fault and are computed with
-                // wrapping_add.
+                // Prefetches stay within the rows: they never fault, and a run of selected
+                // pages must not fetch the unselected page after it.
                 while i + 4 <= n {
                     let mut acc = [[_mm512_setzero_ps(); 2]; H];
                     // the rows 32 ahead are on their way from memory meanwhile (as on AVX2)
-                    let ahead = k.wrapping_add((i + 32) * d) as *const i8;
-                    for line in (0..4 * d * std::mem::size_of::<$elem>()).step_by(64) {
-                        _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
+                    if i + 36 <= n {
+                        let ahead = k.add((i + 32) * d) as *const i8;
+                        for line in (0..4 * d * std::mem::size_of::<$elem>()).step_by(64) {
+                            _mm_prefetch::<_MM_HINT_T0>(ahead.add(line));
+                        }
                     }
                     let mut c = 0;
                     while c < d {
@@ -326,7 +328,8 @@ macro_rules! block_kernels {
                         *tx = _mm512_loadu_ps(a.add((j0 + j) * d + c + 16 * x));
                     }
                 }
-                // the first sweep of a block fetches the next block's rows meanwhile
+                // the first sweep of a block fetches the next block's rows meanwhile (those
+                // within the rows: a run of selected pages must not fetch unselected ones)
                 let next = if j0 == 0 && c == 0 {
                     Some(v.wrapping_add(ROWS * d) as *const i8)
                 } else {
@@ -334,7 +337,7 @@ macro_rules! block_kernels {
                 };
                 let row_bytes = d * std::mem::size_of::<$elem>();
                 for i in r0..r1 {
-                    if let Some(p) = next {
+                    if let Some(p) = next.filter(|_| ROWS + i < n) {
                         for line in (0..row_bytes).step_by(64) {
                             _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(i * row_bytes + line));
                         }

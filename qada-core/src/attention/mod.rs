@@ -22,6 +22,8 @@
 //!   `S = Q K^T` and `O += P V` tiles): the kernels themselves;
 //! - `softmax`: the reference [`scores`], [`softmax_attend`], [`dense_attention`] and
 //!   [`local_attention`];
+//! - `prefetch`: [`prefetch_rows`], a run's first rows asked for while the run before it is
+//!   computed (the kernels prefetch only within the rows they are given);
 //! - `prefill`: [`prefill_attention`], prefill's causal attention of a block of queries in
 //!   tiles of keys with a running softmax, its products through `avx512_tiles` or
 //!   [`gemm_strided`] (`gemm`).
@@ -44,6 +46,7 @@ mod exp;
 mod exp_constants;
 mod matmul;
 mod portable;
+mod prefetch;
 mod prefill;
 #[cfg(test)]
 mod q8_props;
@@ -59,6 +62,7 @@ pub use elem::Elem;
 pub use exp::{exp_in_place, fast_exp, max_score, sum_exp};
 pub use matmul::gemm_strided;
 pub use portable::dot;
+pub use prefetch::prefetch_rows;
 pub use prefill::{prefill_attention, PrefillHead, PrefillShape, TILE as PREFILL_TILE};
 pub use score_map::{softcap, ScoreMap};
 pub use segments::KvSegments;
