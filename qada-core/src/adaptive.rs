@@ -60,7 +60,8 @@ use crate::{CoreError, Decision, HeadInput, LocalityCriterion, Result};
 /// Bulk rows per parallel task.
 const CHUNK: usize = 512;
 
-/// Rows of the next run prefetched while a run is computed: one page of 32.
+/// Rows of the next run prefetched while a run is computed: the 32 the block kernels' own
+/// lookahead (32 rows) leaves to the hardware at a run's start.
 const PREFETCH_ROWS: usize = 32;
 
 /// The smallest page [`LayerScratch::with_capacity`] makes room for: a criterion that
