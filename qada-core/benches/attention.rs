@@ -537,6 +537,7 @@ fn selected_bulk_qwen16k(c: &mut Criterion) {
             )
         })
     });
+    let mut fixed_union = None;
     for (name, masks) in [
         ("union_all_heads", union_all),
         ("per_head", per_head),
@@ -562,6 +563,47 @@ fn selected_bulk_qwen16k(c: &mut Criterion) {
                     &mut out,
                 )
             })
+        });
+        if name == "union_all_heads" {
+            fixed_union = Some(crit);
+        }
+    }
+    // as a decoding step finds the layer: its 8.4 MB of keys and values out of the caches (a
+    // step streams the weights between two layers), 64 MB written before each call. What
+    // the runs of selected pages cost beyond their bytes, and what prefetching within them
+    // (`attention::prefetch_rows`) recovers, shows here, not in the warm case, where the
+    // layer sits in L3.
+    let mut evict = vec![0u8; 64 << 20];
+    let cold: [(&str, &dyn LocalityCriterion); 2] = [
+        ("dense/cold", &Dense),
+        (
+            "union_all_heads/cold",
+            fixed_union.as_ref().expect("built above"),
+        ),
+    ];
+    for (name, crit) in cold {
+        group.bench_function(name, |b| {
+            b.iter_batched(
+                || {
+                    evict
+                        .iter_mut()
+                        .step_by(64)
+                        .for_each(|x| *x = x.wrapping_add(1));
+                    black_box(&evict);
+                },
+                |()| {
+                    attend_layer(
+                        crit,
+                        0,
+                        black_box(&q),
+                        &kv[..],
+                        0.125,
+                        &mut scratch,
+                        &mut out,
+                    )
+                },
+                criterion::BatchSize::PerIteration,
+            )
         });
     }
     group.finish();

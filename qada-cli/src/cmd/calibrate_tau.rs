@@ -28,7 +28,7 @@ use super::eval::configs::{configs, parse_groups, parse_list, parse_methods, Con
 use super::eval::records::{param_text, Record, RecordLog};
 use super::eval::rows::{rows, Row, ACCURACY};
 use super::eval::sweep::{units, EvalTask, Sweep, FIDELITY_STEPS};
-use super::eval::{check_identity, run_identity, ANSWER_ROOM};
+use super::eval::{check_identity, check_page, run_identity, ANSWER_ROOM};
 use crate::common::{
     check_dense_below, check_output_file, fail, load_model, CacheArgs, CliResult, ModelArgs,
 };
@@ -36,7 +36,7 @@ use crate::corpus::{Corpus, Part, SPLIT_YEAR};
 use crate::setting::{Evidence, MethodBest, ModelId, Setting, Yardstick, FORMAT};
 use statrs::distribution::{ContinuousCDF, Normal};
 
-use qada_core::{DEFAULT_CHANNELS, DEFAULT_CLUSTERS, DEFAULT_MARGIN, DEFAULT_PAGE};
+use qada_core::{DEFAULT_CHANNELS, DEFAULT_CLUSTERS, DEFAULT_MARGIN, DEFAULT_SELECT_PAGE};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -68,6 +68,11 @@ pub struct Args {
     /// made with, as it refuses another model, cache or window: run.json).
     #[arg(long, default_value_t = DEFAULT_CHANNELS)]
     channels: usize,
+    /// Bulk keys per page of bound, hybrid and the page selections, in every configuration
+    /// tried and in the setting written (--resume refuses another page, as it refuses
+    /// another channel count: run.json).
+    #[arg(long, default_value_t = DEFAULT_SELECT_PAGE)]
+    page: usize,
     /// The setting reads the whole context (dense) while it holds fewer than this many tokens
     /// and its criterion decides from there on (written to the setting). Every length must
     /// put the steps it measures at or above it (at least this plus the 32 teacher-forced
@@ -400,8 +405,9 @@ pub fn run(a: Args) -> CliResult<()> {
         // the yardstick, run beside dense on every prompt (never a candidate: no tau)
         methods.insert(1, DENSE_INT8);
     }
-    let cfgs = configs(&methods, &taus, &[], None, &groups, a.channels)?;
-    let id = run_identity(&model, &model_path, &a.cache, a.channels);
+    check_page(a.page, &lengths)?;
+    let cfgs = configs(&methods, &taus, &[], None, &groups, a.channels, a.page)?;
+    let id = run_identity(&model, &model_path, &a.cache, a.channels, a.page);
     check_identity(&a.work_dir, &id, a.resume, "--work-dir")?;
     let mut log = RecordLog::open(&a.work_dir.join("records.jsonl"), a.resume)?;
     log.name_run(crate::host::run_info(
@@ -514,7 +520,7 @@ fn setting_of(
         criterion,
         tau,
         group,
-        page: DEFAULT_PAGE,
+        page: a.page,
         channels: a.channels,
         clusters: DEFAULT_CLUSTERS,
         margin: DEFAULT_MARGIN,
@@ -529,7 +535,7 @@ fn setting_of(
         per_method: choice.per_method,
         made_by: format!(
             "qada calibrate tau --budget {} --confidence {} --min-saving {} --methods {} --taus {} \
-             --groups {} --task {} --lengths {} --samples {} --kv {} --channels {}{}{} \
+             --groups {} --task {} --lengths {} --samples {} --kv {} --channels {}{}{}{} \
              (speeches before {SPLIT_YEAR})",
             a.budget,
             a.confidence,
@@ -546,6 +552,11 @@ fn setting_of(
             a.samples,
             a.cache.kv,
             a.channels,
+            if a.page == DEFAULT_SELECT_PAGE {
+                String::new()
+            } else {
+                format!(" --page {}", a.page)
+            },
             a.dense_below
                 .map_or(String::new(), |n| format!(" --dense-below {n}")),
             match a.fidelity_rule {
@@ -757,6 +768,7 @@ mod tests {
             None,
             &[GroupMode::All],
             16,
+            DEFAULT_SELECT_PAGE,
         )
         .unwrap();
         let kept = asked(&records, &cfgs, &[8192], 2);

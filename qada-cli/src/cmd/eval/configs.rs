@@ -11,8 +11,7 @@ use qada_core::{
     by_name, Approx, Bound, CriterionParams, Dense, GroupMode, Grouped, Hybrid, LocalityCriterion,
     Mixture, Oracle, Reuse, ReusePages, Static, StaticTable, Window, SELECTING_NAMES,
 };
-use qada_core::{DEFAULT_CLUSTERS, DEFAULT_MARGIN, DEFAULT_PAGE};
-use qada_core::{DEFAULT_QUEST_TOKENS, DEFAULT_SELECT_PAGE};
+use qada_core::{DEFAULT_CLUSTERS, DEFAULT_MARGIN, DEFAULT_QUEST_TOKENS};
 use qada_kv::MomentsMode;
 use qada_model::{ActPrecision, Session, SessionCheckpoint};
 use qada_stats::MomentTable;
@@ -81,7 +80,8 @@ type BaseConfig = (&'static str, Arc<dyn LocalityCriterion>, Option<f64>, bool);
 /// The configurations of `methods`, over `taus` and `alphas`, each adaptive method once per
 /// group mode of `groups` (`head` keeps the method's name; `all` and `mass` add `@all`,
 /// `@mass`). Dense and window read the same bytes in every mode: they run once. `channels`
-/// is the channel rule's `r`.
+/// is the channel rule's `r`, `page` the keys per page of bound, hybrid and the page
+/// selections (an error for 0).
 pub fn configs(
     methods: &[&'static str],
     taus: &[f64],
@@ -89,7 +89,11 @@ pub fn configs(
     statics: Option<&StaticTable>,
     groups: &[GroupMode],
     channels: usize,
+    page: usize,
 ) -> CliResult<Vec<Config>> {
+    if page == 0 {
+        return fail("--page 0: a page holds at least one key; use 16 to 128 (default 32)");
+    }
     let mut base: Vec<BaseConfig> = Vec::new();
     for &m in methods {
         match m {
@@ -108,7 +112,7 @@ pub fn configs(
             }
             "bound" => {
                 for &t in taus {
-                    base.push((m, Arc::new(Bound::new(t, DEFAULT_PAGE)?), Some(t), false));
+                    base.push((m, Arc::new(Bound::new(t, page)?), Some(t), false));
                 }
             }
             "mixture" => {
@@ -123,7 +127,7 @@ pub fn configs(
             }
             "hybrid" => {
                 for &t in taus {
-                    let h = Hybrid::new(t, DEFAULT_MARGIN, DEFAULT_PAGE)?;
+                    let h = Hybrid::new(t, DEFAULT_MARGIN, page)?;
                     base.push((m, Arc::new(h), Some(t), false));
                 }
             }
@@ -132,7 +136,7 @@ pub fn configs(
                 // over its token budgets (its tau is unused), the others over --taus
                 let at = |tau, quest_tokens| CriterionParams {
                     tau,
-                    page: DEFAULT_SELECT_PAGE,
+                    page,
                     quest_tokens,
                     channels,
                     ..CriterionParams::default()
@@ -306,7 +310,9 @@ pub fn parse_list<T: std::str::FromStr>(flag: &str, list: &str) -> CliResult<Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use qada_core::DEFAULT_CHANNELS;
+    use qada_core::{DEFAULT_CHANNELS, DEFAULT_SELECT_PAGE};
+
+    const P: usize = DEFAULT_SELECT_PAGE;
 
     #[test]
     fn reuses_follow_each_page_selection_and_bad_entries_say_why() {
@@ -320,7 +326,16 @@ mod tests {
             assert!(parse_reuses(bad).is_err(), "{bad}");
         }
         let all = [GroupMode::All];
-        let c = configs(&["approx-current", "channels"], &[0.9], &[], None, &all, 8).unwrap();
+        let c = configs(
+            &["approx-current", "channels"],
+            &[0.9],
+            &[],
+            None,
+            &all,
+            8,
+            P,
+        )
+        .unwrap();
         let names: Vec<_> = with_reuse(c, &r).into_iter().map(|c| c.method).collect();
         assert_eq!(
             names,
@@ -351,6 +366,7 @@ mod tests {
             None,
             &head,
             DEFAULT_CHANNELS,
+            P,
         )
         .unwrap();
         let names: Vec<_> = c.iter().map(|c| (c.method.as_str(), c.param)).collect();
@@ -363,10 +379,10 @@ mod tests {
                 ("oracle", Some(0.9))
             ]
         );
-        assert!(configs(&["static"], &[], &[0.5], None, &head, DEFAULT_CHANNELS).is_err());
+        assert!(configs(&["static"], &[], &[0.5], None, &head, DEFAULT_CHANNELS, P).is_err());
         // dense-int8: dense's criterion, int8 decoding, once whatever the group modes
         let modes = [GroupMode::Head, GroupMode::All];
-        let c = configs(&["dense", "dense-int8"], &[0.5], &[], None, &modes, 8).unwrap();
+        let c = configs(&["dense", "dense-int8"], &[0.5], &[], None, &modes, 8, P).unwrap();
         let v: Vec<_> = c
             .iter()
             .map(|c| (c.method.as_str(), c.activations))
@@ -385,6 +401,7 @@ mod tests {
             None,
             &modes,
             DEFAULT_CHANNELS,
+            P,
         )
         .unwrap();
         let names: Vec<_> = c.iter().map(|c| c.method.as_str()).collect();
@@ -408,6 +425,7 @@ mod tests {
             None,
             &[GroupMode::Head],
             DEFAULT_CHANNELS,
+            P,
         )
         .unwrap();
         for cfg in &c {
@@ -436,5 +454,28 @@ mod tests {
             c.len(),
             QUEST_TOKENS.len() + 2 * (SELECTING_NAMES.len() - 1)
         );
+    }
+
+    #[test]
+    fn every_paged_method_runs_at_the_page_asked_and_page_0_is_refused() {
+        let mut methods = vec!["bound", "hybrid"];
+        methods.extend_from_slice(SELECTING_NAMES);
+        for page in [16, 64] {
+            let head = [GroupMode::Head];
+            let c = configs(&methods, &[0.9], &[], None, &head, 16, page).unwrap();
+            assert_eq!(c.len(), methods.len() - 1 + QUEST_TOKENS.len());
+            for cfg in &c {
+                assert_eq!(
+                    cfg.criterion.bulk_summaries().page,
+                    Some(page),
+                    "{}",
+                    cfg.method
+                );
+            }
+        }
+        let err = configs(&["channels"], &[0.9], &[], None, &[GroupMode::Head], 16, 0)
+            .err()
+            .map(|e| e.to_string());
+        assert!(err.is_some_and(|e| e.contains("--page 0")));
     }
 }

@@ -90,6 +90,11 @@ pub struct Args {
     /// (those of largest |q_j| (max k_j - min k_j) over the group's long heads).
     #[arg(long, default_value_t = qada_core::DEFAULT_CHANNELS)]
     channels: usize,
+    /// Bulk keys per page of bound, hybrid and the page selections (pages, certified, quest,
+    /// pages-oracle and the channels methods), at most the shortest length; --resume refuses
+    /// another page than its records were made with (run.json).
+    #[arg(long, default_value_t = qada_core::DEFAULT_SELECT_PAGE)]
+    page: usize,
     /// Group decisions, comma-separated, among head (each query head alone, the paper), all
     /// (a GQA group is local only when all its heads are) and mass (one decision per group
     /// from its summed masses); every adaptive method runs once per mode, named `METHOD@all`
@@ -181,12 +186,25 @@ fn default_lengths(ctx: usize) -> Vec<usize> {
     v
 }
 
+/// Refuse a `--page` longer than the shortest prompt of `lengths`: its bulk would never fill
+/// one page.
+pub(crate) fn check_page(page: usize, lengths: &[usize]) -> CliResult<()> {
+    match lengths.iter().min() {
+        Some(&shortest) if page > shortest => fail(format!(
+            "--page {page}: a page holds at most the shortest prompt's {shortest} keys; use a \
+             page of 16 to 128 keys (default 32)"
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// What a resumed run (of `eval` or `calibrate tau`) must share with the run it continues.
 pub(crate) fn run_identity(
     model: &Model,
     file: &Path,
     cache: &CacheArgs,
     channels: usize,
+    page: usize,
 ) -> serde_json::Value {
     let file = file.file_name().map(|f| f.to_string_lossy().into_owned());
     json!({
@@ -196,18 +214,21 @@ pub(crate) fn run_identity(
         "local": cache.window.local,
         "activations": model.activations().name(),
         "channels": channels,
+        "page": page,
         "fidelity_texts": FIDELITY_TEXTS,
     })
 }
 
 /// A run identity with the fields added since the first runs filled in as those runs had them:
-/// f32 activations, 8 channels.
+/// f32 activations, 8 channels, pages of 32 keys.
 fn with_defaults(id: &serde_json::Value) -> serde_json::Value {
     let mut id = id.clone();
     if let Some(o) = id.as_object_mut() {
         o.entry("activations").or_insert_with(|| json!("f32"));
         o.entry("channels")
             .or_insert_with(|| json!(qada_core::DEFAULT_CHANNELS));
+        o.entry("page")
+            .or_insert_with(|| json!(qada_core::DEFAULT_SELECT_PAGE));
         o.entry("fidelity_texts").or_insert_with(|| json!(1));
     }
     id
@@ -449,7 +470,8 @@ pub fn run(a: Args) -> CliResult<()> {
         eprintln!("{n} prompts in {}", path.display());
         return Ok(());
     }
-    let mut id = run_identity(&model, &model_path, &a.cache, a.channels);
+    check_page(a.page, &lengths)?;
+    let mut id = run_identity(&model, &model_path, &a.cache, a.channels, a.page);
     if a.part == Part::Calibration {
         // runs on the evaluation half (all before this flag) have no such field
         id["part"] = json!("calibration");
@@ -469,6 +491,7 @@ pub fn run(a: Args) -> CliResult<()> {
         statics.as_ref(),
         &groups,
         a.channels,
+        a.page,
     )?;
     let cfgs = with_reuse(cfgs, &parse_reuses(a.reuse.as_deref().unwrap_or(""))?);
     let mut units = sweep::units(&tasks, &lengths);
