@@ -51,7 +51,7 @@ pub struct Args {
     /// Criteria tried, comma-separated, among approx-current, bound, mixture, hybrid, pages,
     /// certified, channels, channels-ungated and channels-union (the last five select pages of
     /// the bulk per KV group)
-    /// (each at its default page of 32 keys, 4 clusters, margin of 1 nat, 8 channels).
+    /// (each at --page keys a page, 4 clusters, margin of 1 nat, --channels channels).
     #[arg(
         long,
         default_value = "approx-current,bound,mixture,hybrid,pages,channels"

@@ -73,7 +73,7 @@ pub struct Args {
     /// pages-oracle, channels, channels-ungated and channels-union (dense always runs;
     /// dense-int8 decodes densely with int8 activations, generate's default, from the same
     /// checkpoint: the fast path's own drift beside the criteria's; bound onward over --taus
-    /// with their default page of 32 keys, 4 clusters, margin of 1 nat and 8 channels; pages,
+    /// with pages of --page keys, 4 clusters, margin of 1 nat and --channels channels; pages,
     /// certified, pages-oracle and channels select pages of the bulk per KV group behind
     /// QAdA's gate (pages-oracle behind the oracle's, channels-ungated behind none;
     /// channels-union's heads each compute over their group's union of pages); quest reads
@@ -654,5 +654,15 @@ mod tests {
         assert_eq!(default_lengths(8192), [1024, 2048, 4096, 7680]);
         assert_eq!(default_lengths(32768), [1024, 2048, 4096, 8192, 16384]);
         assert_eq!(default_lengths(1500), [988]);
+    }
+
+    #[test]
+    fn a_page_may_hold_the_shortest_prompt_and_no_more() {
+        assert!(check_page(1024, &[4096, 1024]).is_ok());
+        let err = check_page(1025, &[4096, 1024]).unwrap_err().to_string();
+        assert!(
+            err.contains("--page 1025") && err.contains("1024 keys"),
+            "{err}"
+        );
     }
 }
