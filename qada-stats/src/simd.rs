@@ -256,6 +256,25 @@ fn cpu_has_avx2_fma_f16c() -> bool {
     false
 }
 
+/// Ask for every 64-byte cache line of the `len` bytes from `p` into L1 (`prefetcht0`): a
+/// hint that reads nothing and faults on no address, so `p` is never dereferenced and need
+/// not point into an allocation. A no-op off x86_64. The prefetch loop every crate's kernels
+/// share (attention's block kernels and `prefetch_rows` in qada-core, the weight streams in
+/// qada-model).
+#[inline(always)]
+pub fn prefetch_lines(p: *const u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in (0..len).step_by(64) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: `prefetcht0` (SSE, in every x86_64 CPU) is a hint: it reads nothing
+        // architecturally and does not fault on any address; the pointer is only computed
+        // (wrapping_add), never dereferenced.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line).cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (p, len);
+}
+
 /// Register-level helpers for the AVX2 kernels of every crate.
 ///
 /// Each is `unsafe` and `#[target_feature(enable = "avx2,fma,f16c")]`: the caller holds an

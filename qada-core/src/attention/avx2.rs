@@ -10,6 +10,7 @@
 use std::arch::x86_64::*;
 
 use qada_stats::f16;
+use qada_stats::simd::prefetch_lines;
 use qada_stats::simd::x86::{hsum, hsum4};
 use qada_stats::simd::Avx2;
 use qada_stats::ChannelColumn;
@@ -318,10 +319,8 @@ macro_rules! block_kernels {
                     let mut acc = [[_mm256_setzero_ps(); 4]; H];
                     // the rows 32 ahead are on their way from memory meanwhile
                     if i + 36 <= n {
-                        let ahead = k.add((i + 32) * d) as *const i8;
-                        for line in (0..4 * d * std::mem::size_of::<$elem>()).step_by(64) {
-                            _mm_prefetch::<_MM_HINT_T0>(ahead.add(line));
-                        }
+                        let ahead = k.add((i + 32) * d).cast::<u8>();
+                        prefetch_lines(ahead, 4 * d * std::mem::size_of::<$elem>());
                     }
                     let mut c = 0;
                     while c < d {
@@ -448,9 +447,7 @@ macro_rules! block_kernels {
                 for i in r0..r1 {
                     // within the rows only: a run of selected pages fetches no unselected one
                     if let Some(p) = next.filter(|_| ROWS + i < n) {
-                        for line in (0..row_bytes).step_by(64) {
-                            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(i * row_bytes + line));
-                        }
+                        prefetch_lines(p.wrapping_add(i * row_bytes).cast(), row_bytes);
                     }
                     let mut vr = [_mm256_setzero_ps(); W];
                     for (x, vx) in vr.iter_mut().enumerate() {

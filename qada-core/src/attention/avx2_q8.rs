@@ -15,6 +15,7 @@
 
 use std::arch::x86_64::*;
 
+use qada_stats::simd::prefetch_lines;
 use qada_stats::simd::x86::hsum;
 use qada_stats::simd::Avx2;
 use qada_stats::{Q8Block, Q8_BLOCK};
@@ -211,10 +212,7 @@ unsafe fn scores_group<const H: usize>(
         // the rows AHEAD on are on their way from memory meanwhile (those within the rows: a
         // run of selected pages must not fetch the unselected page after it)
         if i + AHEAD < n {
-            let ahead = k.wrapping_add((i + AHEAD) * per_row) as *const i8;
-            for line in (0..row_bytes).step_by(64) {
-                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line));
-            }
+            prefetch_lines(k.wrapping_add((i + AHEAD) * per_row).cast(), row_bytes);
         }
         let mut acc = [_mm256_setzero_ps(); GROUP];
         for b in 0..per_row {
@@ -314,9 +312,7 @@ unsafe fn acc_group<const H: usize>(
         for (i, s) in (r0..r1).zip(ds.iter_mut()) {
             // within the rows only: a run of selected pages fetches no unselected one
             if let Some(p) = next.filter(|_| ROWS + i < n) {
-                for line in (0..row_bytes).step_by(64) {
-                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(i * row_bytes + line));
-                }
+                prefetch_lines(p.wrapping_add(i * row_bytes).cast(), row_bytes);
             }
             *s = scale_f32(v.add(i * per_row + b));
         }

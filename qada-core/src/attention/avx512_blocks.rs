@@ -22,6 +22,7 @@
 use std::arch::x86_64::*;
 
 use qada_stats::f16;
+use qada_stats::simd::prefetch_lines;
 use qada_stats::simd::x86::hsum;
 use qada_stats::simd::Avx512;
 
@@ -198,10 +199,8 @@ macro_rules! block_kernels {
                     let mut acc = [[_mm512_setzero_ps(); 2]; H];
                     // the rows 32 ahead are on their way from memory meanwhile (as on AVX2)
                     if i + 36 <= n {
-                        let ahead = k.add((i + 32) * d) as *const i8;
-                        for line in (0..4 * d * std::mem::size_of::<$elem>()).step_by(64) {
-                            _mm_prefetch::<_MM_HINT_T0>(ahead.add(line));
-                        }
+                        let ahead = k.add((i + 32) * d).cast::<u8>();
+                        prefetch_lines(ahead, 4 * d * std::mem::size_of::<$elem>());
                     }
                     let mut c = 0;
                     while c < d {
@@ -338,9 +337,7 @@ macro_rules! block_kernels {
                 let row_bytes = d * std::mem::size_of::<$elem>();
                 for i in r0..r1 {
                     if let Some(p) = next.filter(|_| ROWS + i < n) {
-                        for line in (0..row_bytes).step_by(64) {
-                            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(i * row_bytes + line));
-                        }
+                        prefetch_lines(p.wrapping_add(i * row_bytes).cast(), row_bytes);
                     }
                     let mut vr = [_mm512_setzero_ps(); W];
                     for (x, vx) in vr.iter_mut().enumerate() {

@@ -65,20 +65,18 @@ pub(crate) fn prefetch_ahead(
     page: usize,
     n_pages: usize,
 ) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    use qada_stats::simd::prefetch_lines;
     let ahead = p + PREFETCH_PAGES;
     if ahead >= n_pages {
         return;
     }
     for col in columns {
-        let codes = col.codes.as_ptr().wrapping_add(ahead * page);
-        let scale = col.scales.as_ptr().wrapping_add(ahead * col.stride);
-        // SAFETY: a prefetch reads nothing and cannot fault (SSE, part of every x86_64); the
-        // addresses are in range anyway (page `ahead` < n_pages: its first code and scale
-        // exist in a column checked by the kernel's caller).
-        unsafe {
-            _mm_prefetch::<_MM_HINT_T0>(codes.cast());
-            _mm_prefetch::<_MM_HINT_T0>(scale.cast());
-        }
+        // the line of the page's first code and that of its scale (both exist: page `ahead`
+        // < n_pages in a column checked by the kernel's caller)
+        prefetch_lines(col.codes.as_ptr().wrapping_add(ahead * page).cast(), 1);
+        prefetch_lines(
+            col.scales.as_ptr().wrapping_add(ahead * col.stride).cast(),
+            1,
+        );
     }
 }

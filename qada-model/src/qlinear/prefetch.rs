@@ -40,19 +40,7 @@ pub(crate) fn ahead(bytes: &[u8], at: usize, len: usize) {
 /// dereferenced: any address will do.
 #[inline(always)]
 pub(crate) fn lines_ahead(p: *const u8, len: usize) {
-    #[cfg(target_arch = "x86_64")]
     if enabled() {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let start = p.wrapping_add(DISTANCE);
-        let mut off = 0;
-        while off < len {
-            // SAFETY: `prefetcht0` (SSE, in every x86_64 CPU) is a hint: it reads nothing
-            // architecturally and does not fault on any address; the pointer is never
-            // dereferenced.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(start.wrapping_add(off).cast()) };
-            off += 64;
-        }
+        qada_stats::simd::prefetch_lines(p.wrapping_add(DISTANCE), len);
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (p, len, enabled);
 }
