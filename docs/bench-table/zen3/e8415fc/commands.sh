@@ -14,3 +14,5 @@ q=target/release/qada
 $q bench --model qwen2.5-0.5b --depth 32000 --setting shipped --pp 0 --new-tokens 32 --reps 2 --json > $OUT/qwen-32000-f16.json
 $q bench --model qwen2.5-0.5b --depth 16384,32000 --kv q8 --setting shipped --pp 0 --new-tokens 32 --reps 2 --json > $OUT/qwen-q8.json
 $q bench --model qwen2.5-1.5b --depth 16384 --setting shipped --pp 0 --new-tokens 32 --reps 2 --json > $OUT/qwen15-16384-f16.json
+# 3. the table of the notebook and RESULTS (steps, bulk, choosing, the free-choice ceiling, K/V bytes)
+python3 scripts/bench_phases.py $OUT/*-qada-f16.json $OUT/qwen-32000-f16.json $OUT/qwen-q8.json $OUT/qwen15-16384-f16.json

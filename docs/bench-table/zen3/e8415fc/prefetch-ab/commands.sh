@@ -7,6 +7,8 @@
 #   (worktree) cargo bench -p qada-core --bench attention --no-run --target-dir /work/wt-old-target
 #                                                                               -> BENCH_b6526a8
 #   (worktree) cargo build --release -p qada-cli --target-dir /work/wt-old-target -> QADA_b6526a8
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../../../../.."
 # 1. criterion, alternated three times
 BENCH_head=target/release/deps/attention-29d27cb1a1502226
 BENCH_b6526a8=/work/wt-old-target/release/deps/attention-29d27cb1a1502226
@@ -20,3 +22,4 @@ QADA_b6526a8=/work/wt-old-target/release/qada
 for r in 1 2; do for v in b6526a8 head; do
   q=QADA_$v; ${!q} bench --model qwen2.5-0.5b --depth 16384 --setting shipped --pp 0 --new-tokens 32 --reps 2 --json > docs/bench-table/zen3/e8415fc/prefetch-ab/qwen-16384-$v-run$r.json
 done; done
+python3 scripts/bench_phases.py docs/bench-table/zen3/e8415fc/prefetch-ab/*.json
